@@ -1,0 +1,146 @@
+"""One exception tree for the whole engine.
+
+Every error a user can see derives from :class:`TurnstileError`, so ``except TurnstileError``
+is always enough. Messages say what to do next, not only what went wrong.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TurnstileError(Exception):
+    """Base of every error raised by the engine."""
+
+
+class ConfigurationError(TurnstileError):
+    """Settings are missing or contradict each other."""
+
+
+class RegistrationError(TurnstileError):
+    """A workflow or activity could not be registered (for example a duplicate name)."""
+
+
+class NotRegisteredError(TurnstileError):
+    """A history or task names a workflow or activity this process does not know."""
+
+
+# --- workflow execution -------------------------------------------------------------------
+
+
+class WorkflowRuntimeError(TurnstileError):
+    """The workflow runtime cannot go on executing an instance."""
+
+
+class NonDeterminismError(WorkflowRuntimeError):
+    """Workflow code asked for something different from what its history recorded.
+
+    Raised during replay. ``sequence`` is the history sequence number of the recorded action,
+    ``recorded`` and ``attempted`` describe both sides.
+    """
+
+    def __init__(self, sequence: int, recorded: str, attempted: str) -> None:
+        self.sequence = sequence
+        self.recorded = recorded
+        self.attempted = attempted
+        super().__init__(
+            f"non-deterministic workflow: history event #{sequence} recorded {recorded}, "
+            f"but the code now asks for {attempted}. Keep the old code path for running "
+            f"instances (branch on a version) or let them finish before deploying this change."
+        )
+
+
+class StepBudgetExceededError(WorkflowRuntimeError):
+    """Workflow code ran too long without awaiting anything durable (an infinite loop?)."""
+
+
+class WorkflowFailure(TurnstileError):  # noqa: N818 - user-facing name
+    """Base of failures that workflow code sees when something it awaited failed.
+
+    ``details`` is a :class:`engine.core.failure.FailureDetails` with type, message, stack and
+    the cause chain of the original failure.
+    """
+
+    def __init__(self, message: str, details: Any = None) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+class ActivityFailedError(WorkflowFailure):
+    """An activity failed and its retry policy gave up."""
+
+
+class InlineStepFailedError(WorkflowFailure):
+    """An inline step (``ctx.run``) raised."""
+
+
+class ChildWorkflowFailedError(WorkflowFailure):
+    """A child workflow ended FAILED or TERMINATED."""
+
+
+class WorkflowTimeoutError(WorkflowFailure):
+    """A wait with a timeout (event, condition, activity) ran out of time."""
+
+
+class ApplicationError(WorkflowFailure):
+    """Raise this from activities or workflows to fail with a chosen type and retryability."""
+
+    def __init__(
+        self, message: str, *, type: str | None = None, non_retryable: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.type = type or "ApplicationError"
+        self.non_retryable = non_retryable
+
+
+# --- codec --------------------------------------------------------------------------------
+
+
+class CodecError(TurnstileError):
+    """A record could not be encoded or decoded."""
+
+
+class UnknownSchemaError(CodecError):
+    """A record names a writer schema (by fingerprint) that this engine does not know."""
+
+
+class MalformedRecordError(CodecError):
+    """A record's bytes are not a valid single-object-encoded Avro record."""
+
+
+# --- instances and client ----------------------------------------------------------------
+
+
+class InstanceError(TurnstileError):
+    """An operation on a workflow instance was refused."""
+
+
+class InstanceNotFoundError(InstanceError):
+    """No status record exists for the instance."""
+
+
+class InstanceAlreadyExistsError(InstanceError):
+    """A start was refused by the ID-reuse policy."""
+
+
+class WaitTimeoutError(TurnstileError):
+    """A client wait (for start, for completion) ran out of time."""
+
+
+# --- infrastructure -----------------------------------------------------------------------
+
+
+class BrokerError(TurnstileError):
+    """Kafka could not be reached or refused an operation."""
+
+
+class TopicDriftError(BrokerError):
+    """The topics on the cluster differ from the declarative spec."""
+
+
+class LocalKafkaError(TurnstileError):
+    """The embedded development broker could not be fetched, started or stopped."""
+
+
+class HistoryIntegrityError(TurnstileError):
+    """A history's hash chain is broken: events were altered, removed or reordered."""

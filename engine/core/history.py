@@ -1,0 +1,276 @@
+"""The history event model: what an instance's history is made of.
+
+History is the audit record and the input to replay, so every event is a small immutable
+value. The Avro schemas in ``schemas/`` mirror these classes one to one (a test keeps them
+in step); ``KIND`` is the stable name that ties a class to its schema record.
+
+Identifiers:
+- ``sequence`` numbers an instance's events from 0, across generations, without gaps;
+- ``generation`` starts at 0 and increases on every continue-as-new (and on a restart under
+  an ID-reuse policy), so that messages aimed at an older generation can be recognised;
+- ``task_id`` numbers the durable actions (activities, inline steps, child workflows, timers,
+  events sent) that one generation schedules, from 0, in the order the code asks for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import ClassVar
+
+from engine.core.failure import FailureDetails
+from engine.core.payloads import Payload
+
+
+class RuntimeStatus(str, Enum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    TERMINATED = "TERMINATED"
+    CONTINUED_AS_NEW = "CONTINUED_AS_NEW"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({RuntimeStatus.COMPLETED, RuntimeStatus.FAILED, RuntimeStatus.TERMINATED})
+
+
+# --- event bodies -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EventBody:
+    KIND: ClassVar[str] = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionStarted(EventBody):
+    KIND: ClassVar[str] = "ExecutionStarted"
+    name: str
+    input: Payload | None = None
+    version: str = ""
+    parent_instance_id: str | None = None
+    parent_generation: int | None = None
+    parent_task_id: int | None = None
+    scheduled_start_ms: int | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    request_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionCompleted(EventBody):
+    """The instance ended: status is COMPLETED, FAILED or TERMINATED."""
+
+    KIND: ClassVar[str] = "ExecutionCompleted"
+    status: RuntimeStatus
+    output: Payload | None = None
+    failure: FailureDetails | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionTerminated(EventBody):
+    KIND: ClassVar[str] = "ExecutionTerminated"
+    reason: str = ""
+    recursive: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionSuspended(EventBody):
+    KIND: ClassVar[str] = "ExecutionSuspended"
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionResumed(EventBody):
+    KIND: ClassVar[str] = "ExecutionResumed"
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ContinuedAsNew(EventBody):
+    """Ends a generation; the next generation's ExecutionStarted follows it."""
+
+    KIND: ClassVar[str] = "ContinuedAsNew"
+    input: Payload | None = None
+    new_generation: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskScheduled(EventBody):
+    """An activity attempt was handed to the workers."""
+
+    KIND: ClassVar[str] = "TaskScheduled"
+    task_id: int
+    name: str
+    input: Payload | None = None
+    attempt: int = 1
+    timeout_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCompleted(EventBody):
+    KIND: ClassVar[str] = "TaskCompleted"
+    task_id: int
+    output: Payload | None = None
+    attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFailed(EventBody):
+    KIND: ClassVar[str] = "TaskFailed"
+    task_id: int
+    failure: FailureDetails
+    attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class InlineStepCompleted(EventBody):
+    """An inline step (``ctx.run``) ran in the processor; its result is journaled here."""
+
+    KIND: ClassVar[str] = "InlineStepCompleted"
+    task_id: int
+    name: str
+    output: Payload | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InlineStepFailed(EventBody):
+    KIND: ClassVar[str] = "InlineStepFailed"
+    task_id: int
+    name: str
+    failure: FailureDetails
+
+
+@dataclass(frozen=True, slots=True)
+class ChildWorkflowCreated(EventBody):
+    KIND: ClassVar[str] = "ChildWorkflowCreated"
+    task_id: int
+    name: str
+    instance_id: str
+    input: Payload | None = None
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildWorkflowCompleted(EventBody):
+    KIND: ClassVar[str] = "ChildWorkflowCompleted"
+    task_id: int
+    output: Payload | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChildWorkflowFailed(EventBody):
+    KIND: ClassVar[str] = "ChildWorkflowFailed"
+    task_id: int
+    failure: FailureDetails
+
+
+@dataclass(frozen=True, slots=True)
+class TimerCreated(EventBody):
+    KIND: ClassVar[str] = "TimerCreated"
+    task_id: int
+    fire_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFired(EventBody):
+    KIND: ClassVar[str] = "TimerFired"
+    task_id: int
+    fire_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimerCancelled(EventBody):
+    KIND: ClassVar[str] = "TimerCancelled"
+    task_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class EventRaised(EventBody):
+    """An external event reached the instance (from a client or another instance)."""
+
+    KIND: ClassVar[str] = "EventRaised"
+    name: str
+    input: Payload | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EventSent(EventBody):
+    KIND: ClassVar[str] = "EventSent"
+    task_id: int
+    target_instance_id: str
+    name: str
+    input: Payload | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CustomStatusSet(EventBody):
+    KIND: ClassVar[str] = "CustomStatusSet"
+    status: Payload | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStarted(EventBody):
+    """Marks the start of a turn; its time is what ``ctx.now()`` returns during that turn."""
+
+    KIND: ClassVar[str] = "TurnStarted"
+    time_ms: int
+
+
+EVENT_TYPES: tuple[type[EventBody], ...] = (
+    ExecutionStarted,
+    ExecutionCompleted,
+    ExecutionTerminated,
+    ExecutionSuspended,
+    ExecutionResumed,
+    ContinuedAsNew,
+    TaskScheduled,
+    TaskCompleted,
+    TaskFailed,
+    InlineStepCompleted,
+    InlineStepFailed,
+    ChildWorkflowCreated,
+    ChildWorkflowCompleted,
+    ChildWorkflowFailed,
+    TimerCreated,
+    TimerFired,
+    TimerCancelled,
+    EventRaised,
+    EventSent,
+    CustomStatusSet,
+    TurnStarted,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEvent:
+    """One entry of an instance's history (the envelope around a body).
+
+    ``previous_hash`` and ``hash`` form a per-instance hash chain; the runtime leaves them
+    empty and the processor fills them in when it writes the event (see the codec).
+    """
+
+    instance_id: str
+    sequence: int
+    timestamp_ms: int
+    generation: int
+    body: EventBody
+    previous_hash: bytes = b""
+    hash: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """A new event offered to an instance in a turn.
+
+    ``generation`` is set for replies aimed at one generation (task results, timer fires,
+    child results); such replies for another generation are rejected. ``None`` means the
+    event belongs to whichever generation is current (external events, commands).
+    """
+
+    body: EventBody
+    generation: int | None = None

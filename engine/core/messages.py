@@ -1,0 +1,175 @@
+"""Records that cross topics other than history: commands, instance messages, activity tasks
+and results, status records and dead letters.
+
+Commands are the public inbound contract: any Kafka producer can write them from the Avro
+schemas in ``schemas/`` alone. Instance messages carry work between instances (a child start,
+a child's result, an event sent by one instance to another) and reuse the command records
+where the meaning is the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import ClassVar
+
+from engine.core.failure import FailureDetails
+from engine.core.history import RuntimeStatus
+from engine.core.payloads import Payload
+
+
+class IdReusePolicy(str, Enum):
+    """What a start does when an instance with the same id already exists.
+
+    An instance that has ended (COMPLETED, FAILED, TERMINATED) is always replaced by a new
+    run, except under REJECT_DUPLICATE.
+    """
+
+    ERROR_IF_RUNNING = "ERROR_IF_RUNNING"
+    IGNORE_IF_RUNNING = "IGNORE_IF_RUNNING"
+    TERMINATE_IF_RUNNING = "TERMINATE_IF_RUNNING"
+    REJECT_DUPLICATE = "REJECT_DUPLICATE"
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """Base of every record keyed by an instance id."""
+
+    KIND: ClassVar[str] = ""
+    instance_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class StartWorkflow(Message):
+    KIND: ClassVar[str] = "StartWorkflow"
+    name: str = ""
+    input: Payload | None = None
+    version: str = ""
+    reuse_policy: IdReusePolicy = IdReusePolicy.ERROR_IF_RUNNING
+    request_id: str = ""
+    scheduled_start_ms: int | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    parent_instance_id: str | None = None
+    parent_generation: int | None = None
+    parent_task_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RaiseEvent(Message):
+    KIND: ClassVar[str] = "RaiseEvent"
+    name: str = ""
+    input: Payload | None = None
+    request_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TerminateWorkflow(Message):
+    KIND: ClassVar[str] = "TerminateWorkflow"
+    reason: str = ""
+    recursive: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SuspendWorkflow(Message):
+    KIND: ClassVar[str] = "SuspendWorkflow"
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeWorkflow(Message):
+    KIND: ClassVar[str] = "ResumeWorkflow"
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeWorkflow(Message):
+    KIND: ClassVar[str] = "PurgeWorkflow"
+
+
+COMMAND_TYPES: tuple[type[Message], ...] = (
+    StartWorkflow,
+    RaiseEvent,
+    TerminateWorkflow,
+    SuspendWorkflow,
+    ResumeWorkflow,
+    PurgeWorkflow,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ChildResult(Message):
+    """A child's outcome, sent to its parent (``instance_id`` is the parent)."""
+
+    KIND: ClassVar[str] = "ChildResult"
+    generation: int = 0
+    task_id: int = 0
+    child_instance_id: str = ""
+    status: RuntimeStatus = RuntimeStatus.COMPLETED
+    output: Payload | None = None
+    failure: FailureDetails | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityTask(Message):
+    """One attempt of an activity, for the workers."""
+
+    KIND: ClassVar[str] = "ActivityTask"
+    generation: int = 0
+    task_id: int = 0
+    attempt: int = 1
+    name: str = ""
+    input: Payload | None = None
+    timeout_ms: int = 0
+    scheduled_ms: int = 0
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across redeliveries of this attempt; hand it to external systems."""
+        return f"{self.instance_id}/{self.generation}/{self.task_id}/{self.attempt}"
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityResult(Message):
+    KIND: ClassVar[str] = "ActivityResult"
+    generation: int = 0
+    task_id: int = 0
+    attempt: int = 1
+    output: Payload | None = None
+    failure: FailureDetails | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceStatus(Message):
+    """The latest metadata of an instance, kept on the compacted status topic."""
+
+    KIND: ClassVar[str] = "InstanceStatus"
+    name: str = ""
+    version: str = ""
+    status: RuntimeStatus = RuntimeStatus.PENDING
+    generation: int = 0
+    created_ms: int = 0
+    last_updated_ms: int = 0
+    input: Payload | None = None
+    output: Payload | None = None
+    custom_status: Payload | None = None
+    failure: FailureDetails | None = None
+    parent_instance_id: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    request_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter(Message):
+    """An input record the engine could not use, kept with the reason it was refused.
+
+    ``instance_id`` is the original key decoded as UTF-8 where possible (else empty).
+    """
+
+    KIND: ClassVar[str] = "DeadLetter"
+    reason: str = ""
+    source_topic: str = ""
+    source_partition: int = 0
+    source_offset: int = 0
+    key: bytes | None = None
+    value: bytes | None = None
+    timestamp_ms: int = 0

@@ -1,0 +1,104 @@
+"""User payloads: bytes plus a declared encoding.
+
+Payloads cross the wire as opaque bytes so that producers in any language can start
+workflows; JSON is the default encoding because every language can write it. The converter
+is pluggable per encoding so that users can carry, say, protobuf without the engine knowing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from engine.core.errors import CodecError
+
+JSON = "json"
+RAW = "binary"
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """One user value as it is stored in history and on the wire."""
+
+    data: bytes
+    encoding: str = JSON
+
+
+class PayloadConverter(Protocol):
+    """Turns Python values into payload bytes of one encoding and back."""
+
+    encoding: str
+
+    def to_bytes(self, value: Any) -> bytes: ...
+
+    def from_bytes(self, data: bytes) -> Any: ...
+
+
+class JsonConverter:
+    """Compact, key-sorted JSON so that equal values always give equal bytes."""
+
+    encoding = JSON
+
+    def to_bytes(self, value: Any) -> bytes:
+        try:
+            return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+        except (TypeError, ValueError) as exc:
+            raise CodecError(
+                f"cannot encode {type(value).__name__} as JSON: {exc}. Pass JSON-compatible "
+                f"values (dict, list, str, int, float, bool, None) or bytes."
+            ) from exc
+
+    def from_bytes(self, data: bytes) -> Any:
+        try:
+            return json.loads(data) if data else None
+        except ValueError as exc:
+            raise CodecError(f"payload is not valid JSON: {exc}") from exc
+
+
+class BinaryConverter:
+    """Raw bytes, passed through untouched."""
+
+    encoding = RAW
+
+    def to_bytes(self, value: Any) -> bytes:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise CodecError(f"binary payloads must be bytes, got {type(value).__name__}")
+        return bytes(value)
+
+    def from_bytes(self, data: bytes) -> Any:
+        return data
+
+
+_CONVERTERS: dict[str, PayloadConverter] = {JSON: JsonConverter(), RAW: BinaryConverter()}
+
+
+def register_converter(converter: PayloadConverter) -> None:
+    """Add or replace the converter for ``converter.encoding``."""
+    _CONVERTERS[converter.encoding] = converter
+
+
+def to_payload(value: Any, encoding: str | None = None) -> Payload:
+    """Encode a Python value; bytes default to the binary encoding, everything else to JSON."""
+    if isinstance(value, Payload):
+        return value
+    if encoding is None:
+        encoding = RAW if isinstance(value, bytes) else JSON
+    return Payload(_converter(encoding).to_bytes(value), encoding)
+
+
+def from_payload(payload: Payload | None) -> Any:
+    """Decode a payload back into a Python value (``None`` stays ``None``)."""
+    if payload is None:
+        return None
+    return _converter(payload.encoding).from_bytes(payload.data)
+
+
+def _converter(encoding: str) -> PayloadConverter:
+    try:
+        return _CONVERTERS[encoding]
+    except KeyError:
+        raise CodecError(
+            f"no payload converter for encoding {encoding!r}; register one with "
+            f"engine.core.payloads.register_converter()"
+        ) from None
