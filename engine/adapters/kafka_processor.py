@@ -1,0 +1,353 @@
+"""The processor's Kafka loop: batches of turns, each committed in one transaction.
+
+Per batch: consume from the assigned input partitions (read_committed), route every record
+to its partition's :class:`PartitionProcessor`, fire due timers, then produce everything the
+batch decided (history, changelogs, status, activity tasks, instance messages, dead letters)
+together with the consumed offsets in ONE transaction. Only when the commit succeeds are the
+table changes written to RocksDB, with the changelog offsets they reached; an abort drops
+them and seeks the consumer back, so the batch is simply done again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+
+from engine.adapters.kafka_config import consumer_config, transactional_producer_config
+from engine.adapters.kafka_io import AbortedTransaction, Delivered, TransactionalProducer
+from engine.adapters.rocks_store import RocksPartitionStore
+from engine.codec import decode_message
+from engine.core.errors import CodecError, TurnstileError
+from engine.core.keys import murmur2_partition
+from engine.core.messages import (
+    ActivityResult,
+    ChildResult,
+    Message as EngineMessage,
+    RaiseEvent,
+    StartWorkflow,
+    TerminateWorkflow,
+)
+from engine.core.messages import COMMAND_TYPES
+from engine.runtime.registry import Registry
+from engine.services.config import Settings
+from engine.services.processor.partition import Environment, PartitionProcessor
+from engine.services.topics import TopicNames, topic_names
+
+log = logging.getLogger("engine.processor")
+
+STATE = "state"
+TIMER = "timer"
+
+
+@dataclass
+class Progress:
+    records: int = 0
+    turns: int = 0
+    transactions: int = 0
+    aborts: int = 0
+    completed: int = 0
+    dead_letters: int = 0
+
+
+class ProcessorRunner:
+    """One processor replica: owns the partitions the consumer group assigns it."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: Registry,
+        *,
+        on_assigned: Callable[[list[int]], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.topics: TopicNames = topic_names(settings.namespace)
+        self.env = Environment(
+            registry=registry,
+            topics=self.topics,
+            pending_events_max=settings.pending_events_max,
+            pending_events_ttl_ms=settings.pending_events_ttl_ms,
+            cache_capacity=settings.cache_instances,
+        )
+        self.partitions: dict[int, PartitionProcessor] = {}
+        self.progress = Progress()
+        self._on_assigned = on_assigned
+        self._accepts = _accepted_kinds(self.topics)
+        self._num_partitions = settings.partitions
+        self._batch_start: dict[tuple[str, int], int] = {}
+        self._consumer = Consumer(
+            consumer_config(
+                settings.bootstrap_servers,
+                settings.processor_group,
+                client_id=f"{settings.namespace}.processor.{settings.replica_id}",
+                **{
+                    "fetch.wait.max.ms": 10,
+                    "max.poll.interval.ms": 300_000,
+                    "session.timeout.ms": 10_000,
+                    "heartbeat.interval.ms": 1_000,
+                },
+            )
+        )
+        self._producer = TransactionalProducer(
+            transactional_producer_config(
+                settings.bootstrap_servers,
+                f"{settings.namespace}.processor.{settings.replica_id}",
+                transaction_timeout_ms=10_000,
+                **{"linger.ms": 1, **settings.extra_kafka},
+            ),
+            f"{settings.namespace}.processor.{settings.replica_id}",
+        )
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        inputs = [self.topics.commands, self.topics.activity_results, self.topics.instance_messages]
+        self._consumer.subscribe(inputs, on_assign=self._assigned, on_revoke=self._revoked)
+        log.info("processor %s consuming %s", self.settings.replica_id, ", ".join(inputs))
+        try:
+            while not stop.is_set():
+                self.run_batch()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        try:
+            self._consumer.close()
+        except (KafkaError, RuntimeError) as exc:  # pragma: no cover - best effort
+            log.warning("closing consumer: %s", exc)
+        for pp in self.partitions.values():
+            pp.close()
+        self.partitions.clear()
+
+    # --- one batch ---------------------------------------------------------------------------
+
+    def run_batch(self) -> int:
+        """Consume until the batch is full, old or idle; commit it. Returns records seen."""
+        started = time.monotonic()
+        budget = self.settings.max_batch_ms / 1000
+        count = 0
+        while True:
+            elapsed = time.monotonic() - started
+            timeout = 0.05 if count == 0 else max(0.0, budget - elapsed)
+            messages = self._consumer.consume(self.settings.max_batch - count, timeout)
+            now_ms = int(time.time() * 1000)
+            for message in messages:
+                self._route(message, now_ms)
+            count += len(messages)
+            if not messages or count >= self.settings.max_batch or elapsed >= budget:
+                break
+        fired = sum(pp.fire_due_timers(int(time.time() * 1000)) for pp in self.partitions.values())
+        if count or fired:
+            self._commit(int(time.time() * 1000))
+        return count
+
+    def _route(self, message: Message, now_ms: int) -> None:
+        error = message.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                log.warning("consumer error: %s", error)
+            return
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        self._batch_start.setdefault((topic, partition), offset)
+        pp = self.partitions.get(partition)
+        if pp is None:  # pragma: no cover - librdkafka only delivers assigned partitions
+            return
+        key, value = message.key(), message.value()
+        ts = message.timestamp()[1]
+        try:
+            decoded = self._validate(topic, partition, key, value)
+            pp.handle(decoded, now_ms)
+        except TurnstileError as exc:
+            pp.dead_letter(str(exc), topic, offset, key, value, ts)
+
+    def _validate(
+        self, topic: str, partition: int, key: bytes | None, value: bytes | None
+    ) -> EngineMessage:
+        if value is None:
+            raise CodecError("record has no value (tombstones are not accepted on input topics)")
+        decoded = decode_message(value)
+        if type(decoded) not in self._accepts[topic]:
+            raise CodecError(f"{decoded.KIND} records are not accepted on topic {topic}")
+        if key != decoded.instance_id.encode():
+            raise CodecError(
+                f"record key {key!r} does not match its instance id {decoded.instance_id!r}; "
+                f"key every record by its instance id (UTF-8)"
+            )
+        expected = murmur2_partition(key, self._num_partitions)
+        if expected != partition:
+            raise CodecError(
+                f"record for {decoded.instance_id!r} is on partition {partition} but murmur2 "
+                f"gives {expected}: configure the producer with the murmur2 partitioner"
+            )
+        return decoded
+
+    # --- transactions --------------------------------------------------------------------
+
+    def _commit(self, now_ms: int) -> None:
+        outputs = []
+        changes = {}
+        for p, pp in self.partitions.items():
+            out, ch = pp.end_batch(now_ms)
+            outputs.extend(out)
+            changes[p] = ch
+            self.progress.turns += pp.counters.turns
+            self.progress.completed += pp.counters.completed
+            self.progress.dead_letters += pp.counters.dead_letters
+            self.progress.records += pp.counters.records
+            pp.counters = type(pp.counters)()
+        offsets = self._consumed_positions()
+        if not outputs and not offsets:
+            return
+        try:
+            self._producer.begin()
+            for r in outputs:
+                self._producer.produce(r.topic, r.key, r.value, r.partition, list(r.headers))
+            if offsets:
+                self._producer.send_offsets(offsets, self._consumer.consumer_group_metadata())
+            delivered = self._producer.commit()
+        except AbortedTransaction as exc:
+            log.warning("transaction aborted, redoing the batch: %s", exc)
+            self.progress.aborts += 1
+            self._rollback()
+            return
+        self.progress.transactions += 1
+        reached = self._changelog_offsets(delivered)
+        for p, pp in self.partitions.items():
+            pp.committed(changes.get(p, {}), reached.get(p, {}))
+        self._batch_start.clear()
+
+    def _consumed_positions(self) -> list[TopicPartition]:
+        if not self._batch_start:
+            return []
+        wanted = [TopicPartition(t, p) for (t, p) in self._batch_start]
+        return [tp for tp in self._consumer.position(wanted) if tp.offset >= 0]
+
+    def _changelog_offsets(self, delivered: list[Delivered]) -> dict[int, dict[str, int]]:
+        names = {self.topics.state_changelog: STATE, self.topics.timer_changelog: TIMER}
+        reached: dict[int, dict[str, int]] = defaultdict(dict)
+        for d in delivered:
+            name = names.get(d.topic)
+            if name is not None and d.offset > reached[d.partition].get(name, -1):
+                reached[d.partition][name] = d.offset
+        return reached
+
+    def _rollback(self) -> None:
+        for pp in self.partitions.values():
+            pp.rolled_back()
+        for (topic, partition), offset in self._batch_start.items():
+            try:
+                self._consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaError as exc:  # pragma: no cover - partition revoked meanwhile
+                log.warning("seek %s[%d] failed: %s", topic, partition, exc)
+        self._batch_start.clear()
+
+    # --- rebalancing -----------------------------------------------------------------------
+
+    def _assigned(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
+        new = sorted({tp.partition for tp in assigned} - set(self.partitions))
+        for p in new:
+            self.partitions[p] = self._open_partition(p)
+        if self._on_assigned is not None:
+            self._on_assigned(sorted(self.partitions))
+
+    def _revoked(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:
+        if any(pp.batch for pp in self.partitions.values()) or self._batch_start:
+            self._commit(int(time.time() * 1000))
+        for p in sorted({tp.partition for tp in revoked}):
+            pp = self.partitions.pop(p, None)
+            if pp is not None:
+                pp.close()
+
+    def _open_partition(self, partition: int) -> PartitionProcessor:
+        path = (
+            Path(self.settings.state_dir)
+            / self.settings.namespace
+            / self.settings.replica_id
+            / f"p{partition}"
+        )
+        store = RocksPartitionStore(path)
+        pp = PartitionProcessor(partition, store, self.env)
+        restore_partition(self.settings, self.topics, pp)
+        return pp
+
+
+def restore_partition(settings: Settings, topics: TopicNames, pp: PartitionProcessor) -> int:
+    """Bring a partition's tables up to its changelogs' end before it processes anything."""
+    started = time.monotonic()
+    total = 0
+    for topic, name in ((topics.state_changelog, STATE), (topics.timer_changelog, TIMER)):
+        total += _restore_one(settings, topic, name, pp)
+    log.info(
+        "partition %d restored: %d changelog records in %.2fs",
+        pp.partition,
+        total,
+        time.monotonic() - started,
+    )
+    return total
+
+
+def _restore_one(settings: Settings, topic: str, name: str, pp: PartitionProcessor) -> int:
+    recorded = pp.tables.recorded_offset(name)
+    start = OFFSET_BEGINNING if recorded is None else recorded + 1
+    consumer = Consumer(
+        consumer_config(
+            settings.bootstrap_servers,
+            f"{settings.namespace}.restore",
+            **{"enable.partition.eof": True, "fetch.wait.max.ms": 10},
+        )
+    )
+    restored = 0
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, pp.partition), 10)
+        if recorded is not None and recorded + 1 < low:
+            raise TurnstileError(
+                f"local state of partition {pp.partition} is older than the changelog "
+                f"{topic} retains; delete {settings.state_dir} for this replica and restart"
+            )
+        if high <= (0 if recorded is None else recorded + 1):
+            return 0
+        consumer.assign([TopicPartition(topic, pp.partition, start)])
+        restored = _drain(consumer, pp, name)
+    finally:
+        consumer.close()
+    return restored
+
+
+def _drain(consumer: Consumer, pp: PartitionProcessor, name: str) -> int:
+    restored = 0
+    batch: dict[bytes, bytes | None] = {}
+    last = -1
+    while True:
+        messages = consumer.consume(5000, 1.0)
+        done = False
+        for m in messages:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    done = True
+                    continue
+                raise TurnstileError(f"restoring partition {pp.partition}: {err}")
+            batch[m.key()] = m.value()
+            last = m.offset()
+            restored += 1
+        if batch and (len(batch) >= 50_000 or done):
+            pp.tables.apply(batch, {name: last})
+            batch = {}
+        if done:
+            return restored
+
+
+def _accepted_kinds(topics: TopicNames) -> dict[str, frozenset[type]]:
+    return {
+        topics.commands: frozenset(COMMAND_TYPES),
+        topics.activity_results: frozenset({ActivityResult}),
+        topics.instance_messages: frozenset(
+            {StartWorkflow, RaiseEvent, ChildResult, TerminateWorkflow}
+        ),
+    }

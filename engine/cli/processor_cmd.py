@@ -1,0 +1,133 @@
+"""``run processor`` and ``run all``: a processor replica, or a replica plus a worker.
+
+A replica's ``--replica-id`` must be stable across its restarts (it names the transactional
+id that fences a crashed predecessor) and unique among running replicas.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+
+from engine.adapters.kafka_processor import ProcessorRunner
+from engine.adapters.kafka_worker import KafkaWorker
+from engine.cli import SubParsers
+from engine.cli.options import add_settings_arguments, settings_from_args
+from engine.cli.run_group import run_subparsers
+from engine.cli.worker_cmd import import_modules, stop_on_signals
+from engine.core.errors import ConfigurationError
+from engine.runtime.registry import default_registry
+from engine.services.config import Settings
+
+__all__ = ["register"]
+
+log = logging.getLogger("engine.processor")
+
+
+def register(subparsers: SubParsers) -> None:
+    """Add ``run processor`` and ``run all``."""
+    group = run_subparsers(subparsers)
+    processor = group.add_parser(
+        "processor",
+        help="run a processor replica",
+        description="Own a share of the partitions, run workflow turns exactly once. Scale by "
+        "starting more replicas, each with its own stable --replica-id.",
+    )
+    _add_processor_arguments(processor)
+    processor.set_defaults(handler=_run_processor)
+    both = group.add_parser(
+        "all",
+        help="run a processor replica and an activity worker in one process",
+        description="A processor replica and an activity worker side by side: the simplest "
+        "deployment, and what the demo uses.",
+    )
+    _add_processor_arguments(both)
+    both.add_argument("--concurrency", type=int, help="activities running at once (default 16)")
+    both.add_argument("--worker-id", help="stable, unique id of the worker (default worker-0)")
+    both.set_defaults(handler=_run_all)
+
+
+def _add_processor_arguments(parser: argparse.ArgumentParser) -> None:
+    add_settings_arguments(parser)
+    parser.add_argument(
+        "-m",
+        "--module",
+        dest="modules",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import this module to register its workflows (repeatable; also "
+        "$TURNSTILE_MODULES, comma-separated)",
+    )
+    parser.add_argument("--replica-id", help="stable, unique id of this replica (processor-0)")
+    parser.add_argument("--state-dir", help="folder for the RocksDB tables")
+    parser.add_argument("--partitions", type=int, help="partition count of the topics (32)")
+    parser.add_argument("--log-level", default="INFO", help="logging level (INFO)")
+
+
+def _settings(args: argparse.Namespace, **extra: object) -> Settings:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = settings_from_args(
+        args,
+        replica_id=args.replica_id,
+        state_dir=args.state_dir,
+        partitions=args.partitions,
+        **extra,
+    )
+    import_modules([*settings.modules, *args.modules])
+    if not list(default_registry.workflows()):
+        raise ConfigurationError(
+            "no workflows are registered; pass the module(s) that define them with --module "
+            "(for example --module myapp.workflows)"
+        )
+    return settings
+
+
+def _run_processor(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    runner = ProcessorRunner(settings, default_registry)
+    stop = threading.Event()
+    reporter = threading.Thread(target=report_progress, args=(runner, stop), daemon=True)
+    reporter.start()
+    with stop_on_signals(stop):
+        runner.run(stop)
+    return 0
+
+
+def _run_all(args: argparse.Namespace) -> int:
+    settings = _settings(args, worker_concurrency=args.concurrency, worker_id=args.worker_id)
+    stop = threading.Event()
+    worker = KafkaWorker(settings, default_registry)
+    worker_thread = threading.Thread(target=worker.run, args=(stop,), name="worker")
+    runner = ProcessorRunner(settings, default_registry)
+    reporter = threading.Thread(target=report_progress, args=(runner, stop), daemon=True)
+    with stop_on_signals(stop):
+        worker_thread.start()
+        reporter.start()
+        runner.run(stop)
+        worker_thread.join(timeout=60)
+    return 0
+
+
+def report_progress(runner: ProcessorRunner, stop: threading.Event, every_s: float = 10.0) -> None:
+    """A progress line every few seconds while there is work, so operators see it moving."""
+    last = 0
+    while not stop.wait(every_s):
+        p = runner.progress
+        if p.records != last:
+            log.info(
+                "partitions %s: %d records, %d turns, %d completed, %d transactions, "
+                "%d aborts, %d dead letters",
+                sorted(runner.partitions),
+                p.records,
+                p.turns,
+                p.completed,
+                p.transactions,
+                p.aborts,
+                p.dead_letters,
+            )
+            last = p.records
+

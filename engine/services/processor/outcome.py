@@ -1,0 +1,247 @@
+"""Turning an instance's turn result into durable output.
+
+New history events are chained (hash of the previous event) and written both to the history
+topic and to the state table; each outbound action maps to one small handler that produces
+a message or a timer row. Everything lands in the batch's transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from engine.codec import seal_history
+from engine.core.errors import WorkflowRuntimeError
+from engine.core.failure import FailureDetails, failure_from_exception
+from engine.core.history import (
+    ExecutionCompleted,
+    ExecutionStarted,
+    HistoryEvent,
+    RuntimeStatus,
+)
+from engine.core.messages import (
+    ActivityTask,
+    ChildResult,
+    IdReusePolicy,
+    RaiseEvent,
+    StartWorkflow,
+    TerminateWorkflow,
+)
+from engine.runtime import actions as act
+from engine.services.processor import keys
+from engine.services.processor.handlers import save_meta
+
+if TYPE_CHECKING:
+    from engine.services.processor.partition import Loaded, PartitionProcessor
+
+log = logging.getLogger("engine.processor")
+
+
+def step_instance(pp: PartitionProcessor, item: Loaded, now_ms: int) -> None:
+    """Run the instance's code on its inbox and record everything it decided."""
+    inbox, item.inbox = item.inbox, []
+    meta = item.meta
+    pp.counters.turns += 1
+    try:
+        execution = pp.execution(item)
+        result = execution.step(inbox, now_ms)
+    except Exception as exc:  # noqa: BLE001 - a failing workflow fails alone
+        _fail_instance(pp, item, exc, now_ms)
+        return
+    pp.counters.rejected += len(result.rejected)
+    for rejected in result.rejected:
+        log.info("%s: rejected %s: %s", meta.instance_id, rejected.inbound.body, rejected.reason)
+    if not result.new_events:
+        return
+    _record_events(pp, item, result.new_events)
+    generation = meta.generation
+    for action in result.actions:
+        handler = ACTION_HANDLERS.get(type(action))
+        if handler is not None:
+            generation = handler(pp, item, action, generation, now_ms)
+    _refresh_meta(item, now_ms)
+    save_meta(pp, meta)
+    if meta.status is not None and meta.status.is_terminal:
+        pp.counters.completed += 1
+
+
+def _record_events(pp: PartitionProcessor, item: Loaded, events: list[HistoryEvent]) -> None:
+    meta = item.meta
+    topic = pp.env.topics.history
+    key = meta.instance_id.encode()
+    for event in events:
+        sealed, data = seal_history(event, meta.last_hash)
+        meta.last_hash = sealed.hash
+        meta.next_sequence = event.sequence + 1
+        pp.tables.put(keys.history_key(meta.instance_id, event.sequence), data)
+        pp.emit(topic, key, data, pp.partition)
+        if isinstance(event.body, ExecutionStarted) and event.sequence > meta.generation_start:
+            # continue-as-new: the previous generation leaves the state table (the history
+            # topic keeps it), so a cold load replays only the current generation
+            pp.tables.delete_history(meta.instance_id, meta.generation_start, event.sequence)
+            meta.generation_start = event.sequence
+
+
+def _refresh_meta(item: Loaded, now_ms: int) -> None:
+    execution = item.execution
+    assert execution is not None
+    meta = item.meta
+    meta.status = execution.status
+    meta.generation = execution.generation
+    meta.output = execution.output
+    meta.failure = execution.failure
+    meta.custom_status = execution.custom_status
+    meta.input = execution.input
+    meta.last_updated_ms = now_ms
+
+
+def _fail_instance(pp: PartitionProcessor, item: Loaded, exc: Exception, now_ms: int) -> None:
+    """The runtime itself could not go on (non-determinism, unknown workflow, a bug)."""
+    meta = item.meta
+    log.error("instance %s failed in the runtime: %s", meta.instance_id, exc)
+    details = failure_from_exception(exc, retryable=False)
+    if not isinstance(exc, WorkflowRuntimeError | LookupError):
+        log.exception("unexpected error while running %s", meta.instance_id)
+    event = HistoryEvent(
+        meta.instance_id,
+        meta.next_sequence,
+        now_ms,
+        meta.generation,
+        ExecutionCompleted(RuntimeStatus.FAILED, None, details),
+    )
+    _record_events(pp, item, [event])
+    item.execution = None
+    meta.status = RuntimeStatus.FAILED
+    meta.failure = details
+    meta.last_updated_ms = now_ms
+    _notify_parent(pp, meta.instance_id, item, RuntimeStatus.FAILED, None, details)
+    save_meta(pp, meta)
+    pp.counters.completed += 1
+
+
+# --- action handlers: each returns the generation that later actions belong to ---------------
+
+
+def _schedule_activity(
+    pp: PartitionProcessor, item: Loaded, a: act.ScheduleActivity, gen: int, now_ms: int
+) -> int:
+    task = ActivityTask(
+        instance_id=item.meta.instance_id,
+        generation=gen,
+        task_id=a.task_id,
+        attempt=a.attempt,
+        name=a.name,
+        input=a.input,
+        timeout_ms=a.timeout_ms,
+        scheduled_ms=now_ms,
+    )
+    pp.send(pp.env.topics.activity_tasks, task)
+    return gen
+
+
+def _start_child(
+    pp: PartitionProcessor, item: Loaded, a: act.StartChild, gen: int, now_ms: int
+) -> int:
+    parent = item.meta.instance_id
+    start = StartWorkflow(
+        instance_id=a.instance_id,
+        name=a.name,
+        input=a.input,
+        version=a.version,
+        reuse_policy=IdReusePolicy.ERROR_IF_RUNNING,
+        request_id=f"{parent}/{gen}/{a.task_id}",
+        parent_instance_id=parent,
+        parent_generation=gen,
+        parent_task_id=a.task_id,
+    )
+    pp.send(pp.env.topics.instance_messages, start)
+    return gen
+
+
+def _create_timer(
+    pp: PartitionProcessor, item: Loaded, a: act.CreateTimer, gen: int, now_ms: int
+) -> int:
+    pp.tables.put_timer(keys.TimerKey(a.fire_at_ms, item.meta.instance_id, gen, a.task_id))
+    return gen
+
+
+def _cancel_timer(
+    pp: PartitionProcessor, item: Loaded, a: act.CancelTimer, gen: int, now_ms: int
+) -> int:
+    pp.tables.delete_timer(keys.TimerKey(a.fire_at_ms, item.meta.instance_id, gen, a.task_id))
+    return gen
+
+
+def _send_event(
+    pp: PartitionProcessor, item: Loaded, a: act.SendEvent, gen: int, now_ms: int
+) -> int:
+    message = RaiseEvent(instance_id=a.target_instance_id, name=a.name, input=a.input)
+    pp.send(pp.env.topics.instance_messages, message)
+    return gen
+
+
+def _complete(
+    pp: PartitionProcessor, item: Loaded, a: act.CompleteExecution, gen: int, now_ms: int
+) -> int:
+    _notify_parent(pp, item.meta.instance_id, item, a.status, a.output, a.failure)
+    return gen
+
+
+def _notify_parent(
+    pp: PartitionProcessor,
+    child_id: str,
+    item: Loaded,
+    status: RuntimeStatus,
+    output: Any,
+    failure: FailureDetails | None,
+) -> None:
+    meta = item.meta
+    if meta.parent_instance_id is None:
+        return
+    result = ChildResult(
+        instance_id=meta.parent_instance_id,
+        generation=meta.parent_generation or 0,
+        task_id=meta.parent_task_id or 0,
+        child_instance_id=child_id,
+        status=status,
+        output=output,
+        failure=failure,
+    )
+    pp.send(pp.env.topics.instance_messages, result)
+
+
+def _continue_as_new(
+    pp: PartitionProcessor, item: Loaded, a: act.ContinueAsNew, gen: int, now_ms: int
+) -> int:
+    return a.new_generation
+
+
+def _terminate_children(
+    pp: PartitionProcessor, item: Loaded, a: act.TerminateChildren, gen: int, now_ms: int
+) -> int:
+    for child in a.instance_ids:
+        message = TerminateWorkflow(instance_id=child, reason=a.reason, recursive=True)
+        pp.send(pp.env.topics.instance_messages, message)
+    return gen
+
+
+def _ignore(pp: PartitionProcessor, item: Loaded, a: Any, gen: int, now_ms: int) -> int:
+    return gen
+
+
+ActionHandler = Callable[["PartitionProcessor", "Loaded", Any, int, int], int]
+
+ACTION_HANDLERS: dict[type, ActionHandler] = {
+    act.ScheduleActivity: _schedule_activity,
+    act.StartChild: _start_child,
+    act.CreateTimer: _create_timer,
+    act.CancelTimer: _cancel_timer,
+    act.SendEvent: _send_event,
+    act.CompleteExecution: _complete,
+    act.ContinueAsNew: _continue_as_new,
+    act.TerminateChildren: _terminate_children,
+    act.RunInlineStep: _ignore,
+    act.SetCustomStatus: _ignore,
+}
+

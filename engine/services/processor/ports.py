@@ -1,0 +1,37 @@
+"""What the processor needs from the outside world, as small protocols.
+
+The adapters implement them with RocksDB and Kafka; tests can implement them in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class PartitionStore(Protocol):
+    """One partition's tables (a RocksDB database in production)."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def scan(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Rows with ``start <= key < end`` in key order."""
+        ...
+
+    def write(self, changes: Mapping[bytes, bytes | None]) -> None:
+        """Apply puts (bytes) and deletes (None) atomically, in one batch."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class OutRecord:
+    """A record a turn produces; ``partition`` None means: partition by key (murmur2)."""
+
+    topic: str
+    key: bytes
+    value: bytes | None
+    partition: int | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()

@@ -1,0 +1,111 @@
+"""A partition's tables as seen during a batch: committed rows plus an uncommitted overlay.
+
+A turn's changes must reach RocksDB only after its Kafka transaction commits, so every write
+goes to the overlay first. The overlay doubles as the list of changelog records to produce,
+and is either applied to the store in one batch (commit) or dropped (abort).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from engine.services.processor import keys
+from engine.services.processor.meta import InstanceMeta, decode_meta, encode_meta
+from engine.services.processor.ports import PartitionStore
+
+
+class Tables:
+    def __init__(self, partition: int, store: PartitionStore) -> None:
+        self.partition = partition
+        self.store = store
+        self.overlay: dict[bytes, bytes | None] = {}
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def get(self, key: bytes) -> bytes | None:
+        if key in self.overlay:
+            return self.overlay[key]
+        return self.store.get(key)
+
+    def scan(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Committed rows merged with the overlay, in key order."""
+        pending = {k: v for k, v in self.overlay.items() if start <= k < end}
+        if not pending:
+            yield from self.store.scan(start, end)
+            return
+        merged = dict(self.store.scan(start, end))
+        merged.update(pending)
+        for key in sorted(merged):
+            value = merged[key]
+            if value is not None:
+                yield key, value
+
+    def load_meta(self, instance_id: str) -> InstanceMeta | None:
+        raw = self.get(keys.meta_key(instance_id))
+        return None if raw is None else decode_meta(raw)
+
+    def history(self, instance_id: str, first_sequence: int) -> list[bytes]:
+        start = keys.history_key(instance_id, first_sequence)
+        end = keys.history_prefix(instance_id)[:-1] + b"\x01"
+        return [value for _, value in self.scan(start, end)]
+
+    def due_timers(self, now_ms: int, limit: int = 1000) -> list[keys.TimerKey]:
+        start = keys.TIMER
+        end = keys.timer_key(keys.TimerKey(now_ms + 1, "", 0, -(2**31)))
+        out: list[keys.TimerKey] = []
+        for raw, _ in self.scan(start, end):
+            out.append(keys.parse_timer_key(raw))
+            if len(out) >= limit:
+                break
+        return out
+
+    # --- writes ---------------------------------------------------------------------------
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        self.overlay[key] = value
+
+    def put_meta(self, meta: InstanceMeta) -> None:
+        self.overlay[keys.meta_key(meta.instance_id)] = encode_meta(meta)
+
+    def delete_meta(self, instance_id: str) -> None:
+        self.overlay[keys.meta_key(instance_id)] = None
+
+    def delete_history(self, instance_id: str, first: int, end: int) -> None:
+        for seq in range(first, end):
+            self.overlay[keys.history_key(instance_id, seq)] = None
+
+    def put_timer(self, key: keys.TimerKey) -> None:
+        self.overlay[keys.timer_key(key)] = b""
+
+    def delete_timer(self, key: keys.TimerKey) -> None:
+        self.overlay[keys.timer_key(key)] = None
+
+    def timers_of(self, instance_id: str) -> list[keys.TimerKey]:
+        """All timers of one instance (a full scan: only used on purge)."""
+        found = []
+        for raw, _ in self.scan(keys.TIMER, keys.TIMER[:-1] + bytes([keys.TIMER[0] + 1])):
+            key = keys.parse_timer_key(raw)
+            if key.instance_id == instance_id:
+                found.append(key)
+        return found
+
+    # --- batch end ------------------------------------------------------------------------
+
+    def take_changes(self) -> dict[bytes, bytes | None]:
+        changes, self.overlay = self.overlay, {}
+        return changes
+
+    def apply(self, changes: dict[bytes, bytes | None], offsets: dict[str, int]) -> None:
+        """Write committed changes plus the changelog offsets they reached, atomically."""
+        batch = dict(changes)
+        for name, offset in offsets.items():
+            batch[keys.offset_key(name)] = str(offset).encode()
+        if batch:
+            self.store.write(batch)
+
+    def recorded_offset(self, name: str) -> int | None:
+        raw = self.store.get(keys.offset_key(name))
+        return None if raw is None else int(raw)
+
+    def drop_overlay(self) -> None:
+        self.overlay = {}
