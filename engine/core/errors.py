@@ -54,7 +54,7 @@ class StepBudgetExceededError(WorkflowRuntimeError):
     """Workflow code ran too long without awaiting anything durable (an infinite loop?)."""
 
 
-class WorkflowFailure(TurnstileError):  # noqa: N818 - user-facing name
+class WorkflowFailure(TurnstileError):
     """Base of failures that workflow code sees when something it awaited failed.
 
     ``details`` is a :class:`engine.core.failure.FailureDetails` with type, message, stack and

@@ -15,14 +15,14 @@ Identifiers:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import ClassVar
 
 from engine.core.failure import FailureDetails
 from engine.core.payloads import Payload
 
 
-class RuntimeStatus(str, Enum):
+class RuntimeStatus(StrEnum):
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     SUSPENDED = "SUSPENDED"

@@ -10,7 +10,7 @@ where the meaning is the same.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import ClassVar
 
 from engine.core.failure import FailureDetails
@@ -18,7 +18,7 @@ from engine.core.history import RuntimeStatus
 from engine.core.payloads import Payload
 
 
-class IdReusePolicy(str, Enum):
+class IdReusePolicy(StrEnum):
     """What a start does when an instance with the same id already exists.
 
     An instance that has ended (COMPLETED, FAILED, TERMINATED) is always replaced by a new

@@ -1,0 +1,83 @@
+"""Entry point of the ``turnstile`` / ``python -m engine`` command line.
+
+Commands live in small modules, each exposing ``register(subparsers)``; adding a command is
+adding its module to :data:`COMMAND_MODULES`. Handlers are attached with
+``set_defaults(handler=...)`` and return a process exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from engine.cli import (
+    SubParsers,
+    client_cmds,
+    demo,
+    dev,
+    processor_cmd,
+    topics,
+    worker_cmd,
+)
+from engine.core.errors import TurnstileError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class CommandModule(Protocol):
+    """What a command module provides: a function that adds its sub-commands."""
+
+    def register(self, subparsers: SubParsers) -> None:
+        """Add this module's commands to ``subparsers``."""
+
+
+COMMAND_MODULES: tuple[CommandModule, ...] = (
+    demo,
+    processor_cmd,
+    worker_cmd,
+    client_cmds,
+    topics,
+    dev,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser, with every registered command module's commands."""
+    parser = argparse.ArgumentParser(
+        prog="turnstile",
+        description="Turnstile: a durable workflow engine for Python, event-sourced on Kafka.",
+    )
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for module in COMMAND_MODULES:
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default: ``sys.argv[1:]``), run the command, return its exit code.
+
+    Engine errors are printed as one clear message (they say what to do next) rather than
+    a traceback; anything else is a bug and keeps its traceback.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        # A command group without a sub-command: show what it offers.
+        help_parser: argparse.ArgumentParser = getattr(args, "help_parser", parser)
+        help_parser.print_help(sys.stderr)
+        return 2
+    try:
+        return handler(args)
+    except TurnstileError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
