@@ -1,0 +1,73 @@
+"""Turnstile: a durable workflow engine for Python, event-sourced on Apache Kafka.
+
+This package is what workflow code imports. It pulls in only the pure core (no Kafka, no
+RocksDB, no Avro, no I/O), so workflows and activities can be imported and unit-tested
+anywhere::
+
+    from engine import workflow, activity, WorkflowContext
+
+    @activity
+    def charge(order): ...
+
+    @workflow
+    async def checkout(ctx: WorkflowContext, order):
+        return await ctx.call_activity(charge, order)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.core.errors import (
+    ActivityFailedError,
+    ApplicationError,
+    ChildWorkflowFailedError,
+    InlineStepFailedError,
+    NonDeterminismError,
+    NotRegisteredError,
+    RegistrationError,
+    StepBudgetExceededError,
+    TurnstileError,
+    WorkflowFailure,
+    WorkflowRuntimeError,
+    WorkflowTimeoutError,
+)
+from engine.core.failure import FailureDetails
+from engine.runtime.context import WorkflowContext
+from engine.runtime.registry import Registry, activity, default_registry, workflow
+from engine.runtime.retry import RetryPolicy
+from engine.runtime.tasks import Task
+
+__all__ = [
+    "ActivityFailedError",
+    "ApplicationError",
+    "CancelledError",
+    "ChildWorkflowFailedError",
+    "FailureDetails",
+    "InlineStepFailedError",
+    "NonDeterminismError",
+    "NotRegisteredError",
+    "RegistrationError",
+    "Registry",
+    "RetryPolicy",
+    "StepBudgetExceededError",
+    "Task",
+    "TurnstileError",
+    "WorkflowContext",
+    "WorkflowFailure",
+    "WorkflowRuntimeError",
+    "WorkflowTimeoutError",
+    "activity",
+    "default_registry",
+    "workflow",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # ``CancelledError`` is asyncio's own class (what cancelled workflow code receives);
+    # asyncio is imported only when someone asks for it.
+    if name == "CancelledError":
+        from asyncio import CancelledError
+
+        return CancelledError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,150 @@
+"""What a turn asks the outside world to do, and what a turn returns.
+
+The executor never performs I/O: it returns these frozen values and the processor turns
+them into records (activity tasks, instance messages, timer rows, status). Every action
+carries the ``generation`` it belongs to, because one turn can span two generations (a
+continue-as-new cancels the old generation's timers and schedules the new one's work).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.core.failure import FailureDetails
+from engine.core.history import HistoryEvent, Inbound, RuntimeStatus
+from engine.core.payloads import Payload
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """Base of every outbound action."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleActivity(Action):
+    """Hand one activity attempt to the workers (an ``ActivityTask`` record)."""
+
+    task_id: int
+    name: str
+    input: Payload | None
+    attempt: int
+    timeout_ms: int
+    generation: int = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class RunInlineStep(Action):
+    """Informational: an inline step already ran during the turn and was journaled."""
+
+    task_id: int
+    name: str
+    generation: int = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class StartChild(Action):
+    """Start a child instance (a ``StartWorkflow`` instance message with parent fields)."""
+
+    task_id: int
+    instance_id: str
+    name: str
+    version: str
+    input: Payload | None
+    generation: int = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTimer(Action):
+    """Add a durable timer row; fire it as ``Inbound(TimerFired(...), generation)``."""
+
+    task_id: int
+    fire_at_ms: int
+    generation: int = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTimer(Action):
+    """Delete a timer row (a late fire would be rejected anyway; this keeps tables small)."""
+
+    task_id: int
+    fire_at_ms: int
+    generation: int = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class SendEvent(Action):
+    """Deliver an event to another instance (a ``RaiseEvent`` instance message)."""
+
+    task_id: int
+    target_instance_id: str
+    name: str
+    input: Payload | None
+    generation: int = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteExecution(Action):
+    """The instance ended; tell the parent (if any) with a ``ChildResult``."""
+
+    status: RuntimeStatus
+    output: Payload | None
+    failure: FailureDetails | None
+    parent_instance_id: str | None
+    parent_generation: int | None
+    parent_task_id: int | None
+    generation: int = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ContinueAsNew(Action):
+    """The instance started ``new_generation``; its start is already in the new events."""
+
+    input: Payload | None
+    new_generation: int
+    generation: int = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class TerminateChildren(Action):
+    """Terminate these child instances (recursive termination), each recursively."""
+
+    instance_ids: tuple[str, ...]
+    reason: str
+    generation: int = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class SetCustomStatus(Action):
+    """The workflow set its custom status (publish it with the instance's metadata)."""
+
+    status: Payload | None
+    generation: int = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """An inbound event that matched no waiting point; it was not applied or recorded."""
+
+    inbound: Inbound
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """The outcome of one turn.
+
+    ``new_events`` continue the instance's sequence numbers, carry the turn's time as
+    ``timestamp_ms`` and leave the hash fields empty for the processor to fill.
+    """
+
+    new_events: list[HistoryEvent]
+    actions: list[Action]
+    rejected: list[Rejected]
+    status: RuntimeStatus
+    generation: int
+    next_sequence: int
+
+    @property
+    def changed(self) -> bool:
+        """Whether the turn appended anything (otherwise there is nothing to commit)."""
+        return bool(self.new_events)

@@ -1,0 +1,258 @@
+"""The workflow context: everything workflow code may do.
+
+Workflow code must be deterministic: given the same history it must ask for the same things
+in the same order. The context is the only door to the outside world, and everything it
+returns is either recorded in history or derived from it (time from the turn's start,
+random numbers and uuids seeded by instance and generation), so replaying the code gives
+the same values.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, MutableMapping
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+from engine.runtime.durable import ActivityTask, ChildTask
+from engine.runtime.fastjson import encode as _payload
+from engine.runtime.generation import ContinueAsNewRequested
+from engine.runtime.retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy
+from engine.runtime.tasks import Task, WhenAll, WhenAny
+
+if TYPE_CHECKING:
+    from engine.runtime.generation import Generation
+
+T = TypeVar("T")
+
+_LOGGER = logging.getLogger("engine.workflow")
+
+
+def _to_ms(seconds: float | timedelta, what: str) -> int:
+    if isinstance(seconds, timedelta):
+        seconds = seconds.total_seconds()
+    if seconds < 0:
+        raise ValueError(f"{what} must not be negative (got {seconds}s)")
+    return round(seconds * 1000)
+
+
+def _optional_ms(seconds: float | timedelta | None, what: str) -> int | None:
+    return None if seconds is None else _to_ms(seconds, what)
+
+
+class ReplaySafeLogger(logging.LoggerAdapter[logging.Logger]):
+    """A logger adapter that drops records while the workflow code is being replayed."""
+
+    def __init__(self, logger: logging.Logger, ctx: WorkflowContext) -> None:
+        super().__init__(logger, {})
+        self._ctx = ctx
+
+    def isEnabledFor(self, level: int) -> bool:
+        return not self._ctx.is_replaying and self.logger.isEnabledFor(level)
+
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
+        extra = dict(kwargs.get("extra") or {})
+        extra.setdefault("instance_id", self._ctx.instance_id)
+        extra.setdefault("generation", self._ctx.generation)
+        kwargs["extra"] = extra
+        return msg, kwargs
+
+
+class WorkflowContext:
+    """Passed as the first argument to every workflow function."""
+
+    __slots__ = ("_gen", "_logger")
+
+    def __init__(self, gen: Generation) -> None:
+        self._gen = gen
+        self._logger: ReplaySafeLogger | None = None
+
+    # --- identity and replay-safe values ------------------------------------------------------
+
+    @property
+    def instance_id(self) -> str:
+        return self._gen.instance_id
+
+    @property
+    def generation(self) -> int:
+        return self._gen.number
+
+    @property
+    def name(self) -> str:
+        return self._gen.started.name
+
+    @property
+    def version(self) -> str:
+        return self._gen.started.version
+
+    @property
+    def parent_instance_id(self) -> str | None:
+        return self._gen.started.parent_instance_id
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return dict(self._gen.started.tags)
+
+    @property
+    def is_replaying(self) -> bool:
+        """True while the code re-executes turns already in history."""
+        return self._gen.journal.replaying
+
+    @property
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+        """A logger that stays silent during replay (so each line is logged once)."""
+        if self._logger is None:
+            self._logger = ReplaySafeLogger(_LOGGER, self)
+        return self._logger
+
+    def now(self) -> datetime:
+        """The current turn's start time (UTC); the same value on replay."""
+        return datetime.fromtimestamp(self._gen.journal.now_ms / 1000, tz=UTC)
+
+    def now_ms(self) -> int:
+        """:meth:`now` in milliseconds since the epoch."""
+        return self._gen.journal.now_ms
+
+    def new_uuid(self) -> uuid.UUID:
+        """A uuid derived from instance, generation and a counter (version 5 layout)."""
+        raw = bytearray(self._gen.uuid_bytes())
+        raw[6] = (raw[6] & 0x0F) | 0x50
+        raw[8] = (raw[8] & 0x3F) | 0x80
+        return uuid.UUID(bytes=bytes(raw))
+
+    def random(self) -> random.Random:
+        """A ``random.Random`` seeded from instance and generation."""
+        return self._gen.random()
+
+    # --- durable operations -------------------------------------------------------------------
+
+    def call_activity(
+        self,
+        activity: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        retry: RetryPolicy | None = DEFAULT_RETRY,
+        timeout: float | timedelta | None = None,
+    ) -> Task[Any]:
+        """Schedule an activity; await the task for its result.
+
+        ``retry=None`` makes a single attempt. ``timeout`` is a start-to-close timeout per
+        attempt, in seconds (``None`` or 0: none); a timed-out attempt fails (retryably).
+        When the policy gives up, the task raises :class:`ActivityFailedError` with the
+        last failure's details.
+        """
+        gen = self._gen
+        name = activity if type(activity) is str else gen.registry.activity_name(activity)
+        timeout_ms = 0 if timeout is None else _to_ms(timeout, "activity timeout")
+        return ActivityTask(gen, name, _payload(input), retry or NO_RETRY, timeout_ms)
+
+    def run(self, name: str, fn: Callable[..., Any], *args: Any) -> Task[Any]:
+        """Run ``fn(*args)`` inline, right now, and journal its result.
+
+        For short, synchronous, side-effect-light work (formatting, a lookup, a quick
+        computation with non-deterministic inputs): it runs once in the processor and replay
+        uses the journaled result. A failure raises :class:`InlineStepFailedError`.
+        """
+        return self._gen.run_inline(name, fn, args)
+
+    def call_child_workflow(
+        self,
+        workflow: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        instance_id: str | None = None,
+        version: str = "",
+    ) -> Task[Any]:
+        """Start a child workflow; await the task for its result.
+
+        The child's id defaults to ``"{instance_id}:{generation}:{task_id}"``. A child that
+        ends FAILED or TERMINATED raises :class:`ChildWorkflowFailedError`.
+        """
+        name = self._gen.registry.workflow_name(workflow)
+        return ChildTask(self._gen, name, _payload(input), instance_id, version)
+
+    call_sub_workflow = call_child_workflow
+
+    def create_timer(self, fire_at: int | float | datetime | timedelta) -> Task[None]:
+        """A durable timer: ``fire_at`` is epoch milliseconds, a datetime, or a delay."""
+        if isinstance(fire_at, timedelta):
+            fire_at_ms = self._gen.journal.now_ms + _to_ms(fire_at, "timer delay")
+        elif isinstance(fire_at, datetime):
+            if fire_at.tzinfo is None:
+                raise ValueError("create_timer needs a timezone-aware datetime")
+            fire_at_ms = round(fire_at.timestamp() * 1000)
+        else:
+            fire_at_ms = int(fire_at)
+        return self._gen.new_timer(fire_at_ms)
+
+    def sleep(self, seconds: float | timedelta) -> Task[None]:
+        """A durable timer ``seconds`` from now."""
+        return self._gen.new_timer(self._gen.journal.now_ms + _to_ms(seconds, "sleep"))
+
+    def wait_for_event(self, name: str, timeout: float | timedelta | None = None) -> Task[Any]:
+        """The next external event called ``name`` (events are buffered per name, in
+        arrival order, so one raised before the wait is delivered too).
+
+        With ``timeout`` (seconds) the task raises :class:`WorkflowTimeoutError` when no
+        event came in time.
+        """
+        return self._gen.wait_event(name, _optional_ms(timeout, "event timeout"))
+
+    def send_event(self, instance_id: str, name: str, input: Any = None) -> None:
+        """Raise event ``name`` on another instance (fire and forget)."""
+        self._gen.send_event(instance_id, name, _payload(input))
+
+    def when_all(self, tasks: Iterable[Awaitable[Any]]) -> Task[list[Any]]:
+        """All results, in order; coroutines are spawned as threads."""
+        return WhenAll([self._task(t) for t in tasks])
+
+    def when_any(self, tasks: Iterable[Awaitable[Any]]) -> Task[Task[Any]]:
+        """The first task to finish (await it for its value); the others are cancelled."""
+        return WhenAny(self._gen, [self._task(t) for t in tasks])
+
+    def spawn(self, coro: Coroutine[Any, Any, T]) -> Task[T]:
+        """Run a coroutine as a thread of this instance; await the task for its result."""
+        if not isinstance(coro, Coroutine):
+            raise TypeError(
+                f"ctx.spawn takes a coroutine object (call the async function), "
+                f"got {type(coro).__name__}"
+            )
+        return self._gen.spawn(coro)
+
+    def wait_condition(
+        self, predicate: Callable[[], object], timeout: float | timedelta | None = None
+    ) -> Task[None]:
+        """Wait until ``predicate()`` is true; it is re-evaluated after every step.
+
+        With ``timeout`` (seconds) the task raises :class:`WorkflowTimeoutError`.
+        """
+        return self._gen.wait_condition(predicate, _optional_ms(timeout, "condition timeout"))
+
+    def continue_as_new(self, input: Any = None) -> NoReturn:
+        """End this generation and start the workflow afresh with ``input``.
+
+        The history of the new generation starts empty (bounded history for long-running
+        loops); events received but not yet consumed are carried over.
+        """
+        self._gen.request_continue_as_new(_payload(input))
+        raise ContinueAsNewRequested()
+
+    def set_custom_status(self, value: Any) -> None:
+        """Publish a small JSON value with the instance's metadata."""
+        self._gen.set_custom_status(_payload(value))
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _task(self, awaitable: Awaitable[Any]) -> Task[Any]:
+        if isinstance(awaitable, Task):
+            return awaitable
+        if isinstance(awaitable, Coroutine):
+            return self._gen.spawn(awaitable)
+        raise TypeError(
+            f"expected a task or a coroutine, got {type(awaitable).__name__}; pass the "
+            f"results of ctx operations or coroutine objects"
+        )

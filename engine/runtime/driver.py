@@ -1,0 +1,157 @@
+"""The deterministic coroutine driver: threads, the ready queue and the step budget.
+
+Workflow coroutines are driven with ``send()`` / ``throw()`` by this module, never by an
+asyncio event loop, so that the order in which code runs is a pure function of the history.
+
+Scheduling order (fixed, and the same on replay):
+
+1. A turn first applies its inbound events in the order given (history order on replay).
+   Applying an event resolves the task waiting for it; resolving a task appends its waiters
+   to the FIFO *ready queue* in the order they started waiting. Nothing runs yet.
+2. The driver then pops the head of the ready queue and runs it: a thread is resumed until
+   its next ``await`` of a pending task (or until it finishes); an internal continuation
+   (cancelling a timer, scheduling a retry, cancelling ``when_any`` losers) is called.
+   Anything resolved meanwhile appends its waiters at the tail.
+3. A new thread (the workflow's main coroutine, ``ctx.spawn``, coroutines passed to
+   ``when_all``/``when_any``) is appended at the tail when it is created.
+4. After every step, pending ``wait_condition`` predicates are evaluated in the order they
+   were registered; a true predicate resolves its task (its waiters go to the tail).
+5. The run ends when the ready queue is empty (every thread waits on something durable),
+   or when the instance finishes (the main coroutine returned or raised, or
+   ``continue_as_new`` was called): the remaining queue is then dropped.
+
+A bare ``yield`` (what ``asyncio.sleep(0)`` does) re-queues the thread at the tail. Every
+resumption and continuation counts as one step; a turn that takes more steps than the
+budget (100,000 by default) fails the instance with :class:`StepBudgetExceededError`
+instead of stalling its partition. The budget catches code that spins the scheduler or
+keeps spawning work without waiting on anything durable; a ``while True: pass`` that never
+awaits cannot be interrupted from pure Python and is not caught.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from engine.core.errors import StepBudgetExceededError
+from engine.runtime.cancel import cancelled_error
+from engine.runtime.tasks import PENDING, Task
+
+if TYPE_CHECKING:
+    from engine.runtime.generation import Generation
+
+T = TypeVar("T")
+
+DEFAULT_STEP_BUDGET = 100_000
+
+
+class Thread(Task[T]):
+    """A coroutine running inside one instance; awaitable for its return value."""
+
+    __slots__ = ("_coro", "_gen", "_scheduled", "_throw", "_waiting_on")
+
+    def __init__(self, gen: Generation, coro: Coroutine[Any, Any, T]) -> None:
+        super().__init__()
+        self._coro = coro
+        self._gen = gen
+        self._throw: BaseException | None = None
+        self._waiting_on: Task[Any] | None = None
+        self._scheduled = True
+        gen.ready.append(self)
+        gen.threads.append(self)
+
+    def _wakeup(self, task: Task[Any]) -> None:
+        self._waiting_on = None
+        if not self._scheduled:
+            self._scheduled = True
+            self._gen.ready.append(self)
+
+    def __call__(self) -> None:
+        """Run the coroutine up to its next await of a pending task (one driver step)."""
+        self._scheduled = False
+        if self._state != PENDING:
+            return
+        throw = self._throw
+        try:
+            if throw is None:
+                yielded = self._coro.send(None)
+            else:
+                self._throw = None
+                yielded = self._coro.throw(throw)
+        except StopIteration as stop:
+            self._resolve(stop.value)
+            return
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:
+            self._fail(exc)
+            return
+        if isinstance(yielded, Task):
+            if yielded._state == PENDING:
+                self._waiting_on = yielded
+                yielded._add_waiter(self)
+                return
+        elif yielded is not None:
+            self._throw = TypeError(
+                f"workflow code awaited {yielded!r}, which the workflow driver cannot wait "
+                f"for: await only ctx operations, tasks and coroutines built from them "
+                f"(not asyncio futures or other event-loop objects)"
+            )
+        self._reschedule()
+
+    def _reschedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            self._gen.ready.append(self)
+
+    def cancel(self) -> bool:
+        """Throw ``CancelledError`` into the coroutine at its current ``await``.
+
+        What the thread waits on is cancelled too when this thread is its only waiter (so a
+        pending timer is journaled as cancelled). The thread may catch the error and run
+        clean-up code, including new durable work, before it finishes.
+        """
+        if self._state != PENDING:
+            return False
+        waiting = self._waiting_on
+        if waiting is not None:
+            if waiting._sole_waiter(self) and waiting.cancel():
+                return True
+            waiting._remove_waiter(self)
+            self._waiting_on = None
+        self._throw = cancelled_error()
+        self._reschedule()
+        return True
+
+    def close(self) -> None:
+        """Close the coroutine without running it further (the generation has ended)."""
+        if self._state == PENDING:
+            # clean-up code of an ended workflow may raise anything; nothing can use it
+            with contextlib.suppress(BaseException):
+                self._coro.close()
+
+
+def run_ready(gen: Generation, budget: int) -> None:
+    """Run the ready queue to exhaustion, or until the generation halts.
+
+    Raises :class:`StepBudgetExceededError` after ``budget`` steps.
+    """
+    ready = gen.ready
+    popleft = ready.popleft
+    conditions = gen.conditions
+    steps = 0
+    while ready:
+        steps += 1
+        if steps > budget:
+            raise StepBudgetExceededError(
+                f"workflow code of instance {gen.instance_id!r} ran {budget} scheduling "
+                f"steps in one turn without waiting on anything durable; it is probably "
+                f"looping (awaiting asyncio.sleep(0), or spawning work endlessly). Await "
+                f"ctx operations in loops, or raise the step budget if this is intended."
+            )
+        popleft()()
+        if gen.halt:
+            return
+        if conditions:
+            gen.check_conditions()

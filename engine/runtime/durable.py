@@ -1,0 +1,394 @@
+"""Durable tasks: timers, activities, child workflows, event waits and conditions.
+
+Each task journals its decisions through its :class:`Generation` and registers itself under
+its task id, so that inbound events (results, timer fires) find their waiting point. Methods
+marked *apply* run while inbound events are applied and only change state; methods marked
+*run* run on the driver and may journal decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from engine.core.errors import (
+    ActivityFailedError,
+    ChildWorkflowFailedError,
+    CodecError,
+    WorkflowTimeoutError,
+)
+from engine.core.failure import FailureDetails
+from engine.core.history import ChildWorkflowCreated, TaskScheduled, TimerCancelled, TimerCreated
+from engine.core.payloads import Payload
+from engine.runtime.actions import CancelTimer, CreateTimer, ScheduleActivity, StartChild
+from engine.runtime.failures import raised_from
+from engine.runtime.fastjson import decode
+from engine.runtime.retry import RetryPolicy
+from engine.runtime.tasks import PENDING, Task, Waiter
+
+if TYPE_CHECKING:
+    from engine.runtime.generation import Generation
+
+
+def _seconds(ms: int) -> str:
+    return f"{ms / 1000:g}s"
+
+
+class TimerTask(Task[None]):
+    """A durable timer; ``owner`` (if any) is told when it fires."""
+
+    __slots__ = ("_gen", "_owner", "fire_at_ms", "task_id")
+
+    def __init__(self, gen: Generation, fire_at_ms: int, owner: Any = None) -> None:
+        super().__init__()
+        self._gen = gen
+        self._owner = owner
+        task_id = gen.next_task_id
+        gen.next_task_id = task_id + 1
+        self.task_id = task_id
+        journal = gen.journal
+        if gen.closing:
+            gen.refuse()
+        if not journal.replaying:
+            journal.append(TimerCreated(task_id, fire_at_ms))
+            journal.actions.append(CreateTimer(task_id, fire_at_ms, generation=gen.number))
+        else:
+            recorded = journal.match_timer(task_id)
+            if recorded is None:
+                raise gen.diverged(TimerCreated(task_id, fire_at_ms))
+            fire_at_ms = recorded.fire_at_ms  # the recorded time stays in force
+        self.fire_at_ms = fire_at_ms
+        gen.tasks[task_id] = self
+        gen.timers[task_id] = self
+
+    def fire(self) -> None:
+        """*apply*: the timer fired."""
+        del self._gen.timers[self.task_id]
+        self._resolve(None)
+        if self._owner is not None:
+            self._owner._timer_fired(self)
+
+    def _cancel_hook(self) -> None:
+        """*run*: journal the cancellation and drop the timer row."""
+        gen = self._gen
+        del gen.timers[self.task_id]
+        if gen.command(TimerCancelled(self.task_id)) is None:
+            gen.journal.actions.append(
+                CancelTimer(self.task_id, self.fire_at_ms, generation=gen.number)
+            )
+
+
+def _cancel_if_pending(timer: TimerTask | None) -> None:
+    if timer is not None and timer._state == PENDING:
+        timer.cancel()
+
+
+def _decoded(task: Task[Any], payload: Payload | None) -> None:
+    try:
+        value = decode(payload)
+    except CodecError as exc:
+        task._fail(exc)
+    else:
+        task._resolve(value)
+
+
+RUNNING = 0
+BACKOFF = 1
+FINISHED = 2
+
+
+class ActivityTask(Task[Any]):
+    """An activity call: attempts, start-to-close timeouts and retries with backoff."""
+
+    __slots__ = (
+        "_backoff",
+        "_gen",
+        "_policy",
+        "_timeout",
+        "_timeout_ms",
+        "attempt",
+        "input",
+        "name",
+        "phase",
+        "task_id",
+    )
+
+    def __init__(
+        self,
+        gen: Generation,
+        name: str,
+        input: Payload | None,
+        policy: RetryPolicy,
+        timeout_ms: int,
+    ) -> None:
+        self._state = PENDING
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._waiters: list[Waiter] | None = None
+        self._gen = gen
+        self.name = name
+        self.input = input
+        self._policy = policy
+        self._timeout_ms = timeout_ms
+        self._timeout: TimerTask | None = None
+        self._backoff: TimerTask | None = None
+        task_id = gen.next_task_id
+        gen.next_task_id = task_id + 1
+        self.task_id = task_id
+        self.attempt = 1
+        self.phase = RUNNING
+        gen.tasks[task_id] = self
+        self._start_attempt()
+
+    def _start_attempt(self) -> None:
+        """*run*: schedule the current attempt (and its timeout timer)."""
+        gen = self._gen
+        journal = gen.journal
+        if gen.closing:
+            gen.refuse()
+        task_id, name, input, attempt = self.task_id, self.name, self.input, self.attempt
+        if not journal.replaying:
+            journal.append(TaskScheduled(task_id, name, input, attempt, self._timeout_ms))
+            journal.actions.append(
+                ScheduleActivity(
+                    task_id, name, input, attempt, self._timeout_ms, generation=gen.number
+                )
+            )
+        elif not journal.match_activity(task_id, name, input, attempt):
+            raise gen.diverged(TaskScheduled(task_id, name, input, attempt, self._timeout_ms))
+        self.phase = RUNNING
+        if self._timeout_ms:
+            self._timeout = TimerTask(gen, gen.journal.now_ms + self._timeout_ms, self)
+
+    def check_result(self, attempt: int) -> str | None:
+        """*apply*: why a result for ``attempt`` cannot be applied (None if it can)."""
+        if self.phase == RUNNING and attempt == self.attempt:
+            return None
+        if self.phase == FINISHED:
+            how = "was cancelled" if self.cancelled() else "has already completed"
+            return f"activity task {self.task_id} ({self.name!r}) {how}"
+        return (
+            f"attempt {attempt} of activity task {self.task_id} ({self.name!r}) is stale: "
+            f"the current attempt is {self.attempt}"
+            + (" (its predecessor failed; a retry is pending)" if self.phase == BACKOFF else "")
+        )
+
+    def completed(self, output: Payload | None) -> None:
+        """*apply*: the current attempt succeeded."""
+        self.phase = FINISHED
+        if self._timeout is not None:
+            self._drop_timeout()
+        try:
+            value = decode(output)
+        except CodecError as exc:
+            self._fail(exc)
+        else:
+            self._resolve(value)
+
+    def failed(self, failure: FailureDetails) -> None:
+        """*apply*: the current attempt failed; retry (after a backoff) or give up."""
+        if self._policy.should_retry(self.attempt, failure):
+            self.phase = BACKOFF
+            self._gen.ready.append(self._begin_backoff)
+            return
+        self.phase = FINISHED
+        self._drop_timeout()
+        message = (
+            f"activity {self.name!r} failed after {self.attempt} attempt(s): "
+            f"{failure.type}: {failure.message}"
+        )
+        self._fail(raised_from(ActivityFailedError(message, failure), failure))
+
+    def _drop_timeout(self) -> None:
+        timeout = self._timeout
+        if timeout is not None and timeout._state == PENDING:
+            self._gen.ready.append(timeout.cancel)
+        self._timeout = None
+
+    def _begin_backoff(self) -> None:
+        """*run*: cancel the failed attempt's timeout, start the backoff timer."""
+        if self.phase != BACKOFF:
+            return
+        _cancel_if_pending(self._timeout)
+        self._timeout = None
+        delay = self._policy.delay_ms(self.attempt)
+        if delay > 0:
+            self._backoff = TimerTask(self._gen, self._gen.journal.now_ms + delay, self)
+        else:
+            self._next_attempt()
+
+    def _next_attempt(self) -> None:
+        """*run*: the backoff is over."""
+        if self.phase == BACKOFF:
+            self.attempt += 1
+            self._start_attempt()
+
+    def _timer_fired(self, timer: TimerTask) -> None:
+        """*apply*: the start-to-close timeout or the backoff timer fired."""
+        if timer is self._timeout:
+            self._timeout = None
+            if self.phase == RUNNING:
+                self.failed(
+                    FailureDetails(
+                        "ActivityTimeoutError",
+                        f"activity {self.name!r} attempt {self.attempt} did not finish within "
+                        f"its start-to-close timeout of {_seconds(self._timeout_ms)}",
+                        "",
+                        True,
+                    )
+                )
+        elif timer is self._backoff:
+            self._backoff = None
+            if self.phase == BACKOFF:
+                self._gen.ready.append(self._next_attempt)
+
+    def _cancel_hook(self) -> None:
+        """*run*: stop waiting; a late result will be rejected."""
+        self.phase = FINISHED
+        _cancel_if_pending(self._timeout)
+        _cancel_if_pending(self._backoff)
+
+
+class ChildTask(Task[Any]):
+    """A child workflow; cancelling only stops waiting (the child keeps running)."""
+
+    __slots__ = ("_gen", "instance_id", "name", "task_id")
+
+    def __init__(
+        self,
+        gen: Generation,
+        name: str,
+        input: Payload | None,
+        instance_id: str | None,
+        version: str,
+    ) -> None:
+        super().__init__()
+        self._gen = gen
+        self.name = name
+        task_id = gen.next_task_id
+        gen.next_task_id = task_id + 1
+        self.task_id = task_id
+        if instance_id is None:
+            instance_id = f"{gen.instance_id}:{gen.number}:{task_id}"
+        body = ChildWorkflowCreated(task_id, name, instance_id, input, version)
+        recorded = gen.command(body)
+        if recorded is None:
+            gen.journal.actions.append(
+                StartChild(task_id, instance_id, name, version, input, generation=gen.number)
+            )
+        else:
+            instance_id = recorded.instance_id
+        self.instance_id = instance_id
+        gen.tasks[task_id] = self
+        gen.children[task_id] = self
+
+    def completed(self, output: Payload | None) -> None:
+        """*apply*"""
+        del self._gen.children[self.task_id]
+        if self._state == PENDING:
+            _decoded(self, output)
+
+    def failed(self, failure: FailureDetails) -> None:
+        """*apply*"""
+        del self._gen.children[self.task_id]
+        if self._state == PENDING:
+            message = (
+                f"child workflow {self.name!r} ({self.instance_id}) failed: "
+                f"{failure.type}: {failure.message}"
+            )
+            self._fail(raised_from(ChildWorkflowFailedError(message, failure), failure))
+
+
+class EventWait(Task[Any]):
+    """Waiting for the next external event of one name, with an optional timeout."""
+
+    __slots__ = ("_gen", "_timeout_ms", "_timer", "name")
+
+    def __init__(self, gen: Generation, name: str, timeout_ms: int | None) -> None:
+        super().__init__()
+        self._gen = gen
+        self.name = name
+        self._timeout_ms = timeout_ms
+        self._timer: TimerTask | None = None
+        waiting = gen.event_waiters.get(name)
+        if waiting is None:
+            gen.event_waiters[name] = [self]
+        else:
+            waiting.append(self)
+        if timeout_ms is not None:
+            self._timer = TimerTask(gen, gen.journal.now_ms + timeout_ms, self)
+
+    def deliver(self, payload: Payload | None) -> None:
+        """*apply*: the event arrived."""
+        timer = self._timer
+        if timer is not None and timer._state == PENDING:
+            self._gen.ready.append(timer.cancel)
+        _decoded(self, payload)
+
+    def _unlist(self) -> None:
+        waiting = self._gen.event_waiters.get(self.name)
+        if waiting is not None and self in waiting:
+            waiting.remove(self)
+
+    def _timer_fired(self, timer: TimerTask) -> None:
+        """*apply*: the timeout fired first."""
+        if self._state == PENDING:
+            self._unlist()
+            self._fail(
+                WorkflowTimeoutError(
+                    f"no event {self.name!r} arrived within {_seconds(self._timeout_ms or 0)}"
+                )
+            )
+
+    def _cancel_hook(self) -> None:
+        self._unlist()
+        _cancel_if_pending(self._timer)
+
+
+class ConditionTask(Task[None]):
+    """Waiting until a predicate over workflow state becomes true."""
+
+    __slots__ = ("_gen", "_timeout_ms", "_timer", "predicate")
+
+    def __init__(
+        self, gen: Generation, predicate: Callable[[], object], timeout_ms: int | None
+    ) -> None:
+        super().__init__()
+        self._gen = gen
+        self.predicate = predicate
+        self._timeout_ms = timeout_ms
+        self._timer: TimerTask | None = None
+        gen.conditions.append(self)
+        if timeout_ms is not None:
+            self._timer = TimerTask(gen, gen.journal.now_ms + timeout_ms, self)
+
+    def evaluate(self) -> None:
+        """*run*: resolve (and stop waiting) if the predicate holds or raises."""
+        try:
+            holds = bool(self.predicate())
+        except Exception as exc:  # the waiter sees the predicate's error
+            self._finish()
+            self._fail(exc)
+            return
+        if holds:
+            self._finish()
+            self._resolve(None)
+
+    def _finish(self) -> None:
+        if self in self._gen.conditions:
+            self._gen.conditions.remove(self)
+        _cancel_if_pending(self._timer)
+
+    def _timer_fired(self, timer: TimerTask) -> None:
+        """*apply*"""
+        if self._state == PENDING:
+            if self in self._gen.conditions:
+                self._gen.conditions.remove(self)
+            self._fail(
+                WorkflowTimeoutError(
+                    f"condition did not become true within {_seconds(self._timeout_ms or 0)}"
+                )
+            )
+
+    def _cancel_hook(self) -> None:
+        self._finish()

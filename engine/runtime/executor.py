@@ -1,0 +1,658 @@
+"""The executor: replays an instance's history and runs one turn of new events.
+
+:class:`WorkflowExecution` is the stateful form the processor keeps in memory for hot
+instances: build it, :meth:`~WorkflowExecution.replay` the current generation's history
+once, then feed each turn's new events to :meth:`~WorkflowExecution.step`. :func:`execute`
+is the pure-function form, ``(definition, history, new events) -> decisions``.
+
+Turn structure. A turn appends ``TurnStarted(now_ms)`` (only if it accepts at least one
+event), then the accepted inbound events in the order given, then the decisions the code
+made. Replay splits history at the same boundaries, applies each turn's inbound events and
+re-runs the code, matching its decisions against the recorded ones (see
+:mod:`engine.runtime.journal`). ``ctx.now()`` is the turn's ``TurnStarted`` time, or the
+``ExecutionStarted`` event's timestamp in the turn that starts a generation.
+
+Statuses. ``PENDING`` until ExecutionStarted is applied (the processor delays delivering
+ExecutionStarted while ``scheduled_start_ms`` is in the future); then ``RUNNING``;
+``SUSPENDED`` between ExecutionSuspended and ExecutionResumed; finally ``COMPLETED``,
+``FAILED`` or ``TERMINATED``. ``CONTINUED_AS_NEW`` is transient: a continue-as-new starts
+the next generation within the same turn, so a live execution is never left in it (only a
+replay of one old generation on its own ends there).
+
+Suspension. While SUSPENDED, inbound events keep being validated, journaled and applied to
+the waiting points (a result resolves its task, an event is buffered), but the code does
+not run; ExecutionResumed runs it, and it then sees everything that arrived. So the history
+alone is the whole state: there is no separate inbox to persist.
+
+Refusals. Events that match no waiting point (unknown task id, result already applied, an
+attempt that is no longer current, a timer already fired or cancelled, another generation,
+an instance that has ended or not started) are returned in ``TurnResult.rejected``; they
+are neither journaled nor applied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import replace
+from typing import Any, NoReturn
+
+from engine.core.errors import (
+    CodecError,
+    HistoryIntegrityError,
+    NonDeterminismError,
+    NotRegisteredError,
+    StepBudgetExceededError,
+    WorkflowRuntimeError,
+)
+from engine.core.failure import FailureDetails, failure_from_exception
+from engine.core.history import (
+    ContinuedAsNew,
+    EventBody,
+    EventRaised,
+    ExecutionCompleted,
+    ExecutionStarted,
+    ExecutionTerminated,
+    HistoryEvent,
+    Inbound,
+    RuntimeStatus,
+    TurnStarted,
+)
+from engine.core.messages import InstanceStatus
+from engine.core.payloads import Payload
+from engine.runtime.actions import (
+    CancelTimer,
+    CompleteExecution,
+    ContinueAsNew,
+    Rejected,
+    TerminateChildren,
+    TurnResult,
+)
+from engine.runtime.context import WorkflowContext
+from engine.runtime.driver import DEFAULT_STEP_BUDGET, Thread, run_ready
+from engine.runtime.fastjson import decode, encode
+from engine.runtime.generation import Generation
+from engine.runtime.handlers import INBOUND, RECORDED, deliver_event
+from engine.runtime.journal import COMMAND_TYPES, Journal, describe
+from engine.runtime.registry import Registry, WorkflowDefinition
+from engine.runtime.tasks import PENDING
+
+MAX_CONTINUES_PER_TURN = 1000
+"""Continue-as-new chains longer than this within one turn fail the instance."""
+
+_ENDED = frozenset(
+    {
+        RuntimeStatus.COMPLETED,
+        RuntimeStatus.FAILED,
+        RuntimeStatus.TERMINATED,
+        RuntimeStatus.CONTINUED_AS_NEW,
+    }
+)
+
+
+async def _raise(error: BaseException) -> NoReturn:
+    raise error
+
+
+class WorkflowExecution:
+    """One workflow instance, replayed from history and advanced turn by turn.
+
+    Not thread-safe. After :meth:`replay` or :meth:`step` raises (non-determinism, a corrupt
+    history, an interrupt), the execution is broken and keeps raising: rebuild it.
+    """
+
+    __slots__ = (
+        "_broken",
+        "_budget",
+        "_created_ms",
+        "_failure",
+        "_gen",
+        "_journal",
+        "_last_updated_ms",
+        "_output",
+        "_registry",
+        "_run_inline",
+        "_started",
+        "_status",
+        "_turn_open",
+        "instance_id",
+    )
+
+    def __init__(
+        self,
+        registry: Registry,
+        instance_id: str,
+        *,
+        step_budget: int = DEFAULT_STEP_BUDGET,
+        start_sequence: int = 0,
+        generation: int = 0,
+    ) -> None:
+        """``start_sequence`` and ``generation`` place a brand-new run after an older
+        history of the same instance id (restart under an ID-reuse policy); replay sets
+        both from the history instead."""
+        if step_budget < 1:
+            raise ValueError("step_budget must be at least 1")
+        self._registry = registry
+        self.instance_id = instance_id
+        self._budget = step_budget
+        self._journal = Journal(instance_id, start_sequence, generation)
+        self._gen: Generation | None = None
+        self._started: ExecutionStarted | None = None
+        self._status = RuntimeStatus.PENDING
+        self._output: Payload | None = None
+        self._failure: FailureDetails | None = None
+        self._created_ms = 0
+        self._last_updated_ms = 0
+        self._turn_open = False
+        self._run_inline = True
+        self._broken: BaseException | None = None
+
+    def close(self) -> None:
+        """Drop the code's coroutines (the processor evicts the instance from memory).
+
+        ``finally`` blocks of suspended coroutines run now, with every ctx operation
+        refused, instead of at some garbage collection later. Called on deletion too.
+        """
+        gen = getattr(self, "_gen", None)  # None also when __init__ failed early
+        if gen is not None and not gen.closing:
+            gen.close()
+
+    def __del__(self) -> None:
+        # at interpreter shutdown, modules may already be gone: never raise from here
+        with contextlib.suppress(Exception):
+            self.close()
+
+    # --- properties ---------------------------------------------------------------------------
+
+    @property
+    def status(self) -> RuntimeStatus:
+        return self._status
+
+    @property
+    def generation(self) -> int:
+        return self._journal.generation
+
+    @property
+    def next_sequence(self) -> int:
+        return self._journal.next_sequence
+
+    @property
+    def name(self) -> str:
+        return self._started.name if self._started is not None else ""
+
+    @property
+    def version(self) -> str:
+        return self._started.version if self._started is not None else ""
+
+    @property
+    def input(self) -> Payload | None:
+        """The current generation's input."""
+        return self._started.input if self._started is not None else None
+
+    @property
+    def started(self) -> ExecutionStarted | None:
+        """The current generation's ExecutionStarted (parent, tags, request id)."""
+        return self._started
+
+    @property
+    def output(self) -> Payload | None:
+        return self._output
+
+    @property
+    def failure(self) -> FailureDetails | None:
+        return self._failure
+
+    @property
+    def custom_status(self) -> Payload | None:
+        gen = self._gen
+        return gen.custom_status if gen is not None else None
+
+    @property
+    def created_ms(self) -> int:
+        """When the earliest generation this execution has seen started."""
+        return self._created_ms
+
+    @property
+    def last_updated_ms(self) -> int:
+        return self._last_updated_ms
+
+    @property
+    def running_children(self) -> list[str]:
+        """Instance ids of this generation's children whose result has not arrived."""
+        gen = self._gen
+        return [] if gen is None else [child.instance_id for child in gen.children.values()]
+
+    @property
+    def pending_timers(self) -> dict[int, int]:
+        """Pending timers of the current generation: task id -> fire time (epoch ms)."""
+        gen = self._gen
+        if gen is None or self._status in _ENDED:
+            return {}
+        return {task_id: timer.fire_at_ms for task_id, timer in gen.timers.items()}
+
+    @property
+    def history(self) -> Sequence[HistoryEvent]:
+        """The current generation's events, from its ExecutionStarted (read-only)."""
+        return self._journal.events
+
+    def metadata(self) -> InstanceStatus:
+        """The instance's metadata, as published on the status topic."""
+        started = self._started
+        return InstanceStatus(
+            instance_id=self.instance_id,
+            name=self.name,
+            version=self.version,
+            status=self._status,
+            generation=self._journal.generation,
+            created_ms=self._created_ms,
+            last_updated_ms=self._last_updated_ms,
+            input=self.input,
+            output=self._output,
+            custom_status=self.custom_status,
+            failure=self._failure,
+            parent_instance_id=started.parent_instance_id if started else None,
+            tags=dict(started.tags) if started else {},
+            request_id=started.request_id if started else "",
+        )
+
+    # --- replay -------------------------------------------------------------------------------
+
+    def replay(self, history: Sequence[HistoryEvent]) -> None:
+        """Rebuild the state from history (a full history is cut to its last generation)."""
+        self._check_usable()
+        if self._gen is not None or self._journal.events:
+            raise WorkflowRuntimeError("replay() needs a fresh WorkflowExecution")
+        start = _last_start(history)
+        if start < 0:
+            if history:
+                raise HistoryIntegrityError(
+                    f"history of {self.instance_id!r} has no ExecutionStarted event"
+                )
+            return
+        journal = self._journal
+        events = list(history[start:]) if start else list(history)
+        first = events[0]
+        journal.events = events
+        journal.generation = first.generation
+        journal.now_ms = first.timestamp_ms
+        journal.replaying = True
+        try:
+            journal.next_sequence = self._replay_events(events, first.sequence)
+        except BaseException as exc:
+            self._broken = exc
+            raise
+        finally:
+            journal.replaying = False
+            journal.new_events = []
+            journal.actions = []
+
+    def _replay_events(self, events: list[HistoryEvent], sequence: int) -> int:
+        journal = self._journal
+        commands_from = -1
+        for index, event in enumerate(events):
+            if event.sequence != sequence:
+                raise HistoryIntegrityError(
+                    f"history of {self.instance_id!r} jumps from sequence {sequence - 1} "
+                    f"to {event.sequence}: events are missing or out of order"
+                )
+            sequence += 1
+            body = event.body
+            kind = type(body)
+            if kind in COMMAND_TYPES and (
+                kind is not ExecutionCompleted or body.status is not RuntimeStatus.TERMINATED  # type: ignore[attr-defined]
+            ):
+                if commands_from < 0:
+                    commands_from = index
+                continue
+            if kind is TurnStarted:
+                self._replay_turn(commands_from if commands_from >= 0 else index, index)
+                commands_from = -1
+                journal.now_ms = body.time_ms  # type: ignore[attr-defined]
+                continue
+            if commands_from >= 0:
+                self._replay_turn(commands_from, index)
+                commands_from = -1
+            handler = RECORDED.get(kind)
+            if handler is None or kind is ExecutionStarted:
+                self._apply_recorded(event)
+            else:
+                reason = handler(self, body)
+                if reason is not None:
+                    raise _unappliable(event, reason)
+        end = len(events)
+        self._replay_turn(commands_from if commands_from >= 0 else end, end)
+        if events:
+            self._last_updated_ms = events[-1].timestamp_ms
+        return sequence
+
+    def _replay_turn(self, start: int, end: int) -> None:
+        """Re-run the code for one recorded turn and check it decided the same."""
+        journal = self._journal
+        journal._cursor = start
+        journal._end = end
+        gen = self._gen
+        if gen is not None and gen.ready:
+            self._run_code()
+        recorded = journal.leftover()
+        if recorded is not None:
+            raise NonDeterminismError(
+                recorded.sequence,
+                describe(recorded.body),
+                "nothing: the code now waits (or ends) without deciding it",
+            )
+
+    def _apply_recorded(self, event: HistoryEvent) -> None:
+        body = event.body
+        handler = RECORDED.get(type(body))
+        if handler is None:
+            raise HistoryIntegrityError(
+                f"history event #{event.sequence} ({type(body).__name__}) cannot be replayed"
+            )
+        if type(body) is ExecutionStarted:
+            self._journal.generation = event.generation
+            self._journal.now_ms = event.timestamp_ms
+        reason = handler(self, body)
+        if reason is not None:
+            raise _unappliable(event, reason)
+
+    # --- a turn -------------------------------------------------------------------------------
+
+    def step(
+        self, new_events: Sequence[Inbound], now_ms: int, *, run_inline_steps: bool = True
+    ) -> TurnResult:
+        """Apply new events, run the code until it waits, and return the turn's decisions.
+
+        ``run_inline_steps=False`` leaves the code waiting at an inline step that is not in
+        history instead of running it (for checks that must not cause side effects).
+        """
+        self._check_usable()
+        journal = self._journal
+        journal.new_events = []
+        journal.actions = []
+        journal.now_ms = now_ms
+        self._turn_open = False
+        self._run_inline = run_inline_steps
+        rejected: list[Rejected] = []
+        try:
+            for inbound in new_events:
+                reason = self._offer(inbound)
+                if reason is not None:
+                    rejected.append(Rejected(inbound, reason))
+            if self._turn_open:
+                self._last_updated_ms = now_ms
+                self._run_code()
+        except BaseException as exc:
+            self._broken = exc
+            raise
+        result = TurnResult(
+            journal.new_events,
+            journal.actions,
+            rejected,
+            self._status,
+            journal.generation,
+            journal.next_sequence,
+        )
+        journal.new_events = []
+        journal.actions = []
+        return result
+
+    def _offer(self, inbound: Inbound) -> str | None:
+        body = inbound.body
+        handler = INBOUND.get(type(body))
+        if handler is None:
+            return (
+                f"{type(body).__name__} is not an inbound event (the workflow code decides "
+                f"it); offer only results, timer fires, events and instance commands"
+            )
+        if self._gen is None:
+            if type(body) is not ExecutionStarted:
+                return "the instance has not started (ExecutionStarted must come first)"
+            if inbound.generation is not None:
+                self._journal.generation = inbound.generation
+        elif self._status in _ENDED:
+            return f"the instance has ended ({self._status.value})"
+        elif inbound.generation is not None and inbound.generation != self._journal.generation:
+            return (
+                f"the event is for generation {inbound.generation}, but the instance is in "
+                f"generation {self._journal.generation}"
+            )
+        return handler(self, body)
+
+    def _accept(self, body: EventBody) -> None:
+        """Journal an accepted inbound event (opening the turn with TurnStarted)."""
+        journal = self._journal
+        if journal.replaying:
+            return
+        if not self._turn_open:
+            self._turn_open = True
+            journal.append(TurnStarted(journal.now_ms))
+        journal.append(body)
+
+    def _check_usable(self) -> None:
+        if self._broken is not None:
+            raise WorkflowRuntimeError(
+                f"execution of {self.instance_id!r} is unusable after an earlier error "
+                f"({type(self._broken).__name__}: {self._broken}); rebuild it from history"
+            ) from self._broken
+
+    # --- running the code ---------------------------------------------------------------------
+
+    def _begin(self, started: ExecutionStarted) -> None:
+        """Start a generation: its state, its context and its main coroutine."""
+        journal = self._journal
+        if self._started is None:
+            self._created_ms = journal.now_ms
+        custom = self._gen.custom_status if self._gen is not None else None
+        self._started = started
+        self._status = RuntimeStatus.RUNNING
+        gen = Generation(journal, self._registry, self.instance_id, journal.generation, started)
+        gen.custom_status = custom
+        gen.ctx = WorkflowContext(gen)
+        self._gen = gen
+        gen.start_main(self._main_coroutine(gen, started))
+
+    def _main_coroutine(
+        self, gen: Generation, started: ExecutionStarted
+    ) -> Coroutine[Any, Any, Any]:
+        try:
+            definition = self._registry.get_workflow(started.name, started.version)
+        except NotRegisteredError as exc:
+            if self._journal.replaying:
+                raise
+            return _raise(exc)
+        try:
+            value = decode(started.input)
+            assert gen.ctx is not None
+            if definition.takes_input:
+                return definition.fn(gen.ctx, value)
+            return definition.fn(gen.ctx)
+        except (CodecError, TypeError) as exc:
+            return _raise(exc)
+
+    def _run_code(self) -> None:
+        """Run the current generation until every thread waits, then settle its end."""
+        continues = 0
+        while True:
+            gen = self._gen
+            if gen is None or self._status is not RuntimeStatus.RUNNING:
+                return
+            gen.run_inline_steps = self._run_inline
+            try:
+                run_ready(gen, self._budget)
+            except StepBudgetExceededError as exc:
+                self._end(RuntimeStatus.FAILED, None, failure_from_exception(exc))
+                return
+            if not gen.halt:
+                return  # every thread waits on something durable
+            if gen.fatal is not None:
+                raise gen.fatal
+            if gen.continue_requested:
+                continues += 1
+                if continues > MAX_CONTINUES_PER_TURN:
+                    self._end(RuntimeStatus.FAILED, None, _too_many_continues())
+                    return
+                if self._continue_as_new(gen):
+                    continue
+                return
+            main = gen.main
+            if main is not None and main._state != PENDING:
+                self._finish(main)
+            return
+
+    def _finish(self, main: Thread[Any]) -> None:
+        if main._error is not None:
+            self._end(RuntimeStatus.FAILED, None, failure_from_exception(main._error))
+            return
+        try:
+            output = encode(main._value)
+        except CodecError as exc:
+            self._end(RuntimeStatus.FAILED, None, failure_from_exception(exc))
+            return
+        self._end(RuntimeStatus.COMPLETED, output, None)
+
+    def _end(
+        self, status: RuntimeStatus, output: Payload | None, failure: FailureDetails | None
+    ) -> None:
+        """The code ended the instance (completed, failed, or ran out of budget)."""
+        gen = self._gen
+        assert gen is not None and self._started is not None
+        journal = self._journal
+        recorded = journal.command(ExecutionCompleted(status, output, failure))
+        if recorded is not None:
+            output, failure = recorded.output, recorded.failure
+        self._status, self._output, self._failure = status, output, failure
+        self._close_generation(gen)
+        if recorded is None:
+            started = self._started
+            journal.actions.append(
+                CompleteExecution(
+                    status,
+                    output,
+                    failure,
+                    started.parent_instance_id,
+                    started.parent_generation,
+                    started.parent_task_id,
+                    generation=gen.number,
+                )
+            )
+
+    def _close_generation(self, gen: Generation) -> None:
+        timers = gen.close()
+        journal = self._journal
+        if not journal.replaying:
+            journal.actions.extend(
+                CancelTimer(t.task_id, t.fire_at_ms, generation=gen.number) for t in timers
+            )
+
+    def _terminate(self, body: ExecutionTerminated) -> None:
+        """Apply ExecutionTerminated: the instance ends TERMINATED right away."""
+        gen = self._gen
+        assert gen is not None and self._started is not None
+        failure = FailureDetails("Terminated", body.reason or "terminated", "", False)
+        children = tuple(child.instance_id for child in gen.children.values())
+        self._status, self._output, self._failure = RuntimeStatus.TERMINATED, None, failure
+        journal = self._journal
+        if journal.replaying:
+            gen.close()
+            return
+        started = self._started
+        journal.append(ExecutionCompleted(RuntimeStatus.TERMINATED, None, failure))
+        journal.actions.append(
+            CompleteExecution(
+                RuntimeStatus.TERMINATED,
+                None,
+                failure,
+                started.parent_instance_id,
+                started.parent_generation,
+                started.parent_task_id,
+                generation=gen.number,
+            )
+        )
+        if body.recursive and children:
+            journal.actions.append(TerminateChildren(children, body.reason, generation=gen.number))
+        self._close_generation(gen)
+
+    def _continue_as_new(self, gen: Generation) -> bool:
+        """End ``gen`` and start the next generation; False when only replaying ``gen``."""
+        journal = self._journal
+        new_number = gen.number + 1
+        recorded = journal.command(ContinuedAsNew(gen.continue_input, new_number))
+        carried = gen.unconsumed_events()
+        self._close_generation(gen)
+        if recorded is not None:
+            self._status = RuntimeStatus.CONTINUED_AS_NEW
+            return False
+        journal.actions.append(ContinueAsNew(gen.continue_input, new_number, generation=gen.number))
+        started = replace(gen.started, input=gen.continue_input, scheduled_start_ms=None)
+        journal.generation = new_number
+        journal.events = []
+        journal.append(started)
+        self._begin(started)
+        new_gen = self._gen
+        assert new_gen is not None
+        for name, payload in carried:
+            event = EventRaised(name, payload)
+            journal.append(event)
+            deliver_event(new_gen, event)
+        return True
+
+
+def _unappliable(event: HistoryEvent, reason: str) -> NonDeterminismError:
+    return NonDeterminismError(
+        event.sequence, describe(event.body), f"no waiting point for it ({reason})"
+    )
+
+
+def _last_start(history: Sequence[HistoryEvent]) -> int:
+    for index in range(len(history) - 1, -1, -1):
+        if type(history[index].body) is ExecutionStarted:
+            return index
+    return -1
+
+
+def _too_many_continues() -> FailureDetails:
+    return failure_from_exception(
+        StepBudgetExceededError(
+            f"the workflow continued as new {MAX_CONTINUES_PER_TURN} times in one turn "
+            f"without waiting on anything durable; await something before continue_as_new"
+        )
+    )
+
+
+def as_registry(workflows: Registry | WorkflowDefinition | Callable[..., Any]) -> Registry:
+    """A registry from a registry, a workflow definition or a decorated workflow function."""
+    if isinstance(workflows, Registry):
+        return workflows
+    registry = Registry()
+    if isinstance(workflows, WorkflowDefinition):
+        registry.add_workflow(workflows.fn, name=workflows.name, version=workflows.version)
+        return registry
+    marker = getattr(workflows, "__turnstile_workflow__", None)
+    if isinstance(marker, tuple):
+        registry.add_workflow(workflows, name=str(marker[0]), version=str(marker[1]))
+    else:
+        registry.add_workflow(workflows)
+    return registry
+
+
+def execute(
+    workflows: Registry | WorkflowDefinition | Callable[..., Any],
+    history: Sequence[HistoryEvent],
+    new_events: Sequence[Inbound],
+    now_ms: int,
+    run_inline_steps: bool = True,
+    *,
+    instance_id: str | None = None,
+    step_budget: int = DEFAULT_STEP_BUDGET,
+) -> TurnResult:
+    """The executor as a pure function: replay ``history``, then run one turn.
+
+    ``instance_id`` defaults to the history's; it is required for a brand-new instance.
+    """
+    if instance_id is None:
+        if not history:
+            raise ValueError("execute() needs instance_id when the history is empty")
+        instance_id = history[0].instance_id
+    execution = WorkflowExecution(as_registry(workflows), instance_id, step_budget=step_budget)
+    execution.replay(history)
+    return execution.step(new_events, now_ms, run_inline_steps=run_inline_steps)

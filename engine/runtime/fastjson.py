@@ -1,0 +1,68 @@
+"""Fast JSON payload conversion for the executor's hot path.
+
+Replay encodes every activity input again (to compare it with the recorded one) and decodes
+every result, so payload conversion dominates replay time. These functions give exactly the
+bytes and values of :mod:`engine.core.payloads`' default JSON converter (compact, key-sorted,
+ASCII-escaped), only faster: a pre-built encoder and scanner, and shortcuts for ints,
+strings and None. When someone registers their own JSON converter, or a value is not plain
+JSON, everything goes through :mod:`engine.core.payloads` unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from json.encoder import encode_basestring_ascii
+from json.scanner import make_scanner
+from typing import Any
+
+from engine.core import payloads
+from engine.core.payloads import JSON, JsonConverter, Payload, from_payload, to_payload
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
+_DECODER = json.JSONDecoder()
+_SCAN = make_scanner(_DECODER)  # type: ignore[arg-type]
+
+
+# The converter table is private to engine.core.payloads; reading it is how we know that
+# the default JSON converter (whose output this module reproduces) is still in place.
+_CONVERTERS = payloads._CONVERTERS
+
+
+def encode(value: Any) -> Payload | None:
+    """``to_payload(value)`` for workflow values; ``None`` stays ``None``."""
+    if value is None:
+        return None
+    kind = type(value)
+    if kind is Payload:
+        return value  # type: ignore[no-any-return]
+    if kind is bytes or type(_CONVERTERS.get(JSON)) is not JsonConverter:
+        return to_payload(value)
+    if kind is int:
+        text = int.__repr__(value)
+    elif kind is str:
+        text = encode_basestring_ascii(value)
+    else:
+        try:
+            text = _ENCODER.encode(value)
+        except (TypeError, ValueError):
+            return to_payload(value)  # raises the CodecError with its advice
+    return Payload(text.encode(), JSON)
+
+
+def decode(payload: Payload | None) -> Any:
+    """``from_payload(payload)``."""
+    if payload is None:
+        return None
+    if payload.encoding != JSON or type(_CONVERTERS.get(JSON)) is not JsonConverter:
+        return from_payload(payload)
+    data = payload.data
+    if not data:
+        return None
+    try:
+        text = data.decode()
+        value, end = _SCAN(text, 0)
+    except (StopIteration, UnicodeDecodeError, ValueError):
+        return from_payload(payload)
+    if end != len(text):
+        return from_payload(payload)
+    return value

@@ -1,0 +1,304 @@
+"""One generation of an instance: its threads, waiting points and decisions.
+
+A generation runs from an ExecutionStarted to the instance's end or to a continue-as-new.
+Task ids, uuids and the seeded random generator all restart with each generation, so
+everything here is rebuilt from that generation's history alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import deque
+from collections.abc import Callable, Coroutine
+from types import CoroutineType
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+from engine.core.errors import (
+    CodecError,
+    InlineStepFailedError,
+    NonDeterminismError,
+    WorkflowRuntimeError,
+)
+from engine.core.failure import failure_from_exception
+from engine.core.history import (
+    CustomStatusSet,
+    EventBody,
+    EventSent,
+    ExecutionStarted,
+    InlineStepCompleted,
+    InlineStepFailed,
+)
+from engine.core.payloads import Payload
+from engine.runtime.actions import RunInlineStep, SendEvent, SetCustomStatus
+from engine.runtime.cancel import cancelled_error
+from engine.runtime.driver import Thread
+from engine.runtime.durable import ChildTask, ConditionTask, EventWait, TimerTask
+from engine.runtime.failures import raised_from
+from engine.runtime.fastjson import decode, encode
+from engine.runtime.journal import Journal
+from engine.runtime.tasks import PENDING, Task, completed_task, failed_task
+
+if TYPE_CHECKING:
+    from engine.runtime.context import WorkflowContext
+    from engine.runtime.registry import Registry
+
+B = TypeVar("B", bound=EventBody)
+
+
+class ContinueAsNewRequested(BaseException):
+    """Unwinds workflow code after ``ctx.continue_as_new``; never catch it."""
+
+
+class Generation:
+    """Per-generation runtime state, shared by the context, the tasks and the handlers."""
+
+    __slots__ = (
+        "arrivals",
+        "children",
+        "closing",
+        "conditions",
+        "continue_input",
+        "continue_requested",
+        "ctx",
+        "custom_status",
+        "event_buffers",
+        "event_waiters",
+        "fatal",
+        "halt",
+        "instance_id",
+        "journal",
+        "main",
+        "next_task_id",
+        "number",
+        "ready",
+        "registry",
+        "rng",
+        "run_inline_steps",
+        "started",
+        "tasks",
+        "threads",
+        "timers",
+        "uuid_counter",
+    )
+
+    def __init__(
+        self,
+        journal: Journal,
+        registry: Registry,
+        instance_id: str,
+        number: int,
+        started: ExecutionStarted,
+    ) -> None:
+        self.journal = journal
+        self.registry = registry
+        self.instance_id = instance_id
+        self.number = number
+        self.started = started
+        self.ready: deque[Callable[[], object]] = deque()
+        self.threads: list[Thread[Any]] = []
+        self.tasks: dict[int, Task[Any]] = {}
+        self.timers: dict[int, TimerTask] = {}
+        self.children: dict[int, ChildTask] = {}
+        self.next_task_id = 0
+        self.event_buffers: dict[str, deque[tuple[int, Payload | None]]] = {}
+        self.event_waiters: dict[str, list[EventWait]] = {}
+        self.arrivals = 0
+        self.conditions: list[ConditionTask] = []
+        self.halt = False
+        self.fatal: BaseException | None = None
+        self.continue_requested = False
+        self.continue_input: Payload | None = None
+        self.main: Thread[Any] | None = None
+        self.closing = False
+        self.run_inline_steps = True
+        self.uuid_counter = 0
+        self.rng: random.Random | None = None
+        self.ctx: WorkflowContext | None = None
+        self.custom_status: Payload | None = None
+
+    # --- journaling ---------------------------------------------------------------------------
+
+    def command(self, body: B) -> B | None:
+        """Journal a decision (see :meth:`Journal.command`); a mismatch halts the run."""
+        if self.closing:
+            raise cancelled_error("the workflow generation has ended")
+        try:
+            return self.journal.command(body)
+        except NonDeterminismError as err:
+            self._fatal(err)
+            raise
+
+    def refuse(self) -> NoReturn:
+        """Refuse a ctx operation after the generation ended (its code is being closed)."""
+        raise cancelled_error("the workflow generation has ended")
+
+    def diverged(self, attempted: EventBody) -> NonDeterminismError:
+        """Record that the code diverged from history at ``attempted``; returns the error."""
+        err = self.journal.mismatch(attempted)
+        self._fatal(err)
+        return err
+
+    def _fatal(self, err: BaseException) -> None:
+        if self.fatal is None:
+            self.fatal = err
+        self.halt = True
+
+    # --- threads ------------------------------------------------------------------------------
+
+    def start_main(self, coro: Coroutine[Any, Any, Any]) -> None:
+        self.main = Thread(self, coro)
+        self.main._add_waiter(self)
+
+    def _wakeup(self, task: Task[Any]) -> None:
+        """The main coroutine finished: the generation ends."""
+        self.halt = True
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> Thread[Any]:
+        if self.closing:
+            coro.close()
+            raise cancelled_error("the workflow generation has ended")
+        threads = self.threads
+        if len(threads) >= 1024 and len(threads) % 1024 == 0:
+            threads[:] = [t for t in threads if t._state == PENDING]
+        return Thread(self, coro)
+
+    def check_conditions(self) -> None:
+        """Evaluate pending ``wait_condition`` predicates in registration order."""
+        for condition in list(self.conditions):
+            if self.halt:
+                return
+            if condition._state == PENDING:
+                condition.evaluate()
+
+    # --- decisions asked for by the context ---------------------------------------------------
+
+    def new_timer(self, fire_at_ms: int) -> TimerTask:
+        return TimerTask(self, fire_at_ms)
+
+    def run_inline(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Task[Any]:
+        """Run an inline step now (live) or take its recorded outcome (replay)."""
+        if self.closing:
+            self.refuse()
+        task_id = self.next_task_id
+        self.next_task_id = task_id + 1
+        journal = self.journal
+        if journal.replaying:
+            try:
+                recorded = journal.recorded_inline_step(task_id, name)
+            except NonDeterminismError as err:
+                self._fatal(err)
+                raise
+            if isinstance(recorded, InlineStepCompleted):
+                return completed_task(decode(recorded.output))
+            return failed_task(_inline_error(name, recorded))
+        if not self.run_inline_steps:
+            return Task()  # left waiting: the step is not in history and may not run now
+        return self._execute_inline(task_id, name, fn, args)
+
+    def _execute_inline(
+        self, task_id: int, name: str, fn: Callable[..., Any], args: tuple[Any, ...]
+    ) -> Task[Any]:
+        body: InlineStepCompleted | InlineStepFailed
+        try:
+            value = fn(*args)
+            if isinstance(value, CoroutineType):  # not the ABC: this check is on the hot path
+                value.close()
+                raise WorkflowRuntimeError(
+                    f"inline step {name!r} returned a coroutine: ctx.run takes a plain "
+                    f"(synchronous) function; use an activity for async work"
+                )
+            payload = encode(value)
+        except Exception as exc:
+            body = InlineStepFailed(task_id, name, failure_from_exception(exc))
+        else:
+            body = InlineStepCompleted(task_id, name, payload)
+        self.journal.append(body)
+        self.journal.actions.append(RunInlineStep(task_id, name, generation=self.number))
+        if isinstance(body, InlineStepCompleted):
+            return completed_task(decode(body.output))
+        return failed_task(_inline_error(name, body))
+
+    def wait_event(self, name: str, timeout_ms: int | None) -> Task[Any]:
+        buffered = self.event_buffers.get(name)
+        if buffered:
+            payload = buffered.popleft()[1]
+            try:
+                return completed_task(decode(payload))
+            except CodecError as exc:
+                return failed_task(exc)
+        return EventWait(self, name, timeout_ms)
+
+    def wait_condition(self, predicate: Callable[[], object], timeout_ms: int | None) -> Task[None]:
+        if predicate():
+            return completed_task(None)
+        return ConditionTask(self, predicate, timeout_ms)
+
+    def send_event(self, target: str, name: str, payload: Payload | None) -> None:
+        task_id = self.next_task_id
+        self.next_task_id = task_id + 1
+        if self.command(EventSent(task_id, target, name, payload)) is None:
+            self.journal.actions.append(
+                SendEvent(task_id, target, name, payload, generation=self.number)
+            )
+
+    def set_custom_status(self, payload: Payload | None) -> None:
+        recorded = self.command(CustomStatusSet(payload))
+        if recorded is None:
+            self.journal.actions.append(SetCustomStatus(payload, generation=self.number))
+            self.custom_status = payload
+        else:
+            self.custom_status = recorded.status
+
+    def request_continue_as_new(self, payload: Payload | None) -> None:
+        if self.closing:
+            raise cancelled_error("the workflow generation has ended")
+        if not self.continue_requested:
+            self.continue_requested = True
+            self.continue_input = payload
+        self.halt = True
+
+    # --- replay-safe values -------------------------------------------------------------------
+
+    def _seed(self, purpose: str) -> bytes:
+        text = f"{self.instance_id}\x00{self.number}\x00{purpose}"
+        return hashlib.sha256(text.encode()).digest()
+
+    def random(self) -> random.Random:
+        if self.rng is None:
+            self.rng = random.Random(int.from_bytes(self._seed("random")[:16], "big"))
+        return self.rng
+
+    def uuid_bytes(self) -> bytes:
+        counter = self.uuid_counter
+        self.uuid_counter = counter + 1
+        return self._seed(f"uuid/{counter}")[:16]
+
+    # --- the end ------------------------------------------------------------------------------
+
+    def close(self) -> list[TimerTask]:
+        """End the generation: stop all threads; return the timers still pending."""
+        self.closing = True
+        self.halt = True
+        self.ready.clear()
+        for thread in self.threads:
+            thread.close()
+        pending = list(self.timers.values())
+        self.timers.clear()
+        return pending
+
+    def unconsumed_events(self) -> list[tuple[str, Payload | None]]:
+        """Buffered events nobody waited for, in arrival order (carried to the next run)."""
+        entries = [
+            (arrival, name, payload)
+            for name, buffered in self.event_buffers.items()
+            for arrival, payload in buffered
+        ]
+        entries.sort(key=lambda entry: entry[0])
+        return [(name, payload) for _, name, payload in entries]
+
+
+def _inline_error(name: str, body: InlineStepFailed) -> InlineStepFailedError:
+    failure = body.failure
+    message = f"inline step {name!r} failed: {failure.type}: {failure.message}"
+    return raised_from(InlineStepFailedError(message, failure), failure)

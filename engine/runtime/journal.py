@@ -1,0 +1,270 @@
+"""The journal: the current generation's history, and replay matching.
+
+Every decision the workflow code makes (schedule an activity, run an inline step, start a
+child, create or cancel a timer, send an event, set a custom status, end) is a *command*
+event in history. Live, a command is appended with the next sequence number. During replay
+the code runs again and each command it asks for is matched, in order, against the command
+events that the same turn recorded; a difference raises :class:`NonDeterminismError` naming
+the recorded event's sequence number and both sides.
+
+What counts as a difference: the kind of command always; the task id (which encodes the
+order); an activity's name, input and attempt; an inline step's name; a child workflow's
+name; an event's target and name; the status an instance ends with. A timer's fire time,
+an activity's timeout, a child's input and a custom status value may change between
+deployments without breaking running instances (the recorded values stay in force).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from engine.core.errors import NonDeterminismError
+from engine.core.history import (
+    ChildWorkflowCreated,
+    ContinuedAsNew,
+    CustomStatusSet,
+    EventBody,
+    EventSent,
+    ExecutionCompleted,
+    HistoryEvent,
+    InlineStepCompleted,
+    InlineStepFailed,
+    TaskScheduled,
+    TimerCancelled,
+    TimerCreated,
+)
+from engine.core.payloads import Payload
+from engine.runtime.actions import Action
+
+B = TypeVar("B", bound=EventBody)
+
+COMMAND_TYPES: frozenset[type[EventBody]] = frozenset(
+    {
+        TaskScheduled,
+        InlineStepCompleted,
+        InlineStepFailed,
+        ChildWorkflowCreated,
+        TimerCreated,
+        TimerCancelled,
+        EventSent,
+        CustomStatusSet,
+        ExecutionCompleted,
+        ContinuedAsNew,
+    }
+)
+"""Event kinds that workflow code decides (everything else is applied from outside)."""
+
+
+def _same_task(a: Any, b: Any) -> bool:
+    return bool(a.task_id == b.task_id)
+
+
+def _same_payload(a: Payload | None, b: Payload | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.data == b.data and a.encoding == b.encoding
+
+
+def _same_activity(a: TaskScheduled, b: TaskScheduled) -> bool:
+    return (
+        a.task_id == b.task_id
+        and a.name == b.name
+        and a.attempt == b.attempt
+        and a.input == b.input
+    )
+
+
+def _same_named_task(a: Any, b: Any) -> bool:
+    return bool(a.task_id == b.task_id and a.name == b.name)
+
+
+def _same_event_sent(a: EventSent, b: EventSent) -> bool:
+    return (
+        a.task_id == b.task_id and a.target_instance_id == b.target_instance_id and a.name == b.name
+    )
+
+
+def _same_end(a: ExecutionCompleted, b: ExecutionCompleted) -> bool:
+    return a.status == b.status
+
+
+def _always(a: Any, b: Any) -> bool:
+    return True
+
+
+_MATCHERS: dict[type[EventBody], Callable[[Any, Any], bool]] = {
+    TaskScheduled: _same_activity,
+    InlineStepCompleted: _same_named_task,
+    InlineStepFailed: _same_named_task,
+    ChildWorkflowCreated: _same_named_task,
+    TimerCreated: _same_task,
+    TimerCancelled: _same_task,
+    EventSent: _same_event_sent,
+    CustomStatusSet: _always,
+    ExecutionCompleted: _same_end,
+    ContinuedAsNew: _always,
+}
+
+
+def _short(payload: Payload | None) -> str:
+    if payload is None:
+        return "None"
+    data = payload.data if len(payload.data) <= 60 else payload.data[:57] + b"..."
+    return data.decode("utf-8", "replace") if payload.encoding == "json" else repr(data)
+
+
+def describe(body: EventBody) -> str:
+    """A one-line description of an event body for error messages."""
+    kind = type(body).__name__
+    if isinstance(body, TaskScheduled):
+        return (
+            f"{kind}(task_id={body.task_id}, name={body.name!r}, attempt={body.attempt}, "
+            f"input={_short(body.input)})"
+        )
+    if isinstance(body, InlineStepCompleted | InlineStepFailed | ChildWorkflowCreated):
+        return f"{kind}(task_id={body.task_id}, name={body.name!r})"
+    if isinstance(body, EventSent):
+        return (
+            f"{kind}(task_id={body.task_id}, target={body.target_instance_id!r}, "
+            f"name={body.name!r})"
+        )
+    if isinstance(body, ExecutionCompleted):
+        return f"{kind}(status={body.status.value})"
+    task_id = getattr(body, "task_id", None)
+    if task_id is not None:
+        return f"{kind}(task_id={task_id})"
+    name = getattr(body, "name", None)
+    return f"{kind}(name={name!r})" if name is not None else f"{kind}()"
+
+
+class Journal:
+    """Sequence numbering, the current generation's events, and the replay cursor.
+
+    While ``replaying``, :meth:`command` consumes the recorded command events
+    ``events[cursor:end]`` of the turn being replayed instead of appending.
+    """
+
+    __slots__ = (
+        "_cursor",
+        "_end",
+        "actions",
+        "events",
+        "generation",
+        "instance_id",
+        "new_events",
+        "next_sequence",
+        "now_ms",
+        "replaying",
+    )
+
+    def __init__(self, instance_id: str, next_sequence: int = 0, generation: int = 0) -> None:
+        self.instance_id = instance_id
+        self.next_sequence = next_sequence
+        self.generation = generation
+        self.now_ms = 0
+        self.replaying = False
+        self.events: list[HistoryEvent] = []
+        self.new_events: list[HistoryEvent] = []
+        self.actions: list[Action] = []
+        self._cursor = 0
+        self._end = 0
+
+    # --- live ---------------------------------------------------------------------------------
+
+    def append(self, body: EventBody) -> HistoryEvent:
+        """Append a new event to history (live mode)."""
+        event = HistoryEvent(
+            self.instance_id, self.next_sequence, self.now_ms, self.generation, body
+        )
+        self.next_sequence += 1
+        self.events.append(event)
+        self.new_events.append(event)
+        return event
+
+    # --- replay -------------------------------------------------------------------------------
+
+    def expect(self, start: int, end: int) -> None:
+        """Replay the turn whose recorded commands are ``events[start:end]``."""
+        self._cursor = start
+        self._end = end
+
+    def leftover(self) -> HistoryEvent | None:
+        """The first recorded command of the replayed turn that the code did not ask for."""
+        if self.replaying and self._cursor < self._end:
+            return self.events[self._cursor]
+        return None
+
+    def _end_sequence(self) -> int:
+        events = self.events
+        if self._end < len(events):
+            return events[self._end].sequence
+        return events[-1].sequence + 1 if events else self.next_sequence
+
+    def mismatch(self, attempted: EventBody) -> NonDeterminismError:
+        """The error for ``attempted`` not matching the next recorded command."""
+        if self._cursor >= self._end:
+            return NonDeterminismError(
+                self._end_sequence(), "no further decision in that turn", describe(attempted)
+            )
+        recorded = self.events[self._cursor]
+        return NonDeterminismError(recorded.sequence, describe(recorded.body), describe(attempted))
+
+    def match_activity(self, task_id: int, name: str, input: Payload | None, attempt: int) -> bool:
+        """Replay fast path: consume the recorded TaskScheduled if it is this one."""
+        cursor = self._cursor
+        if cursor < self._end:
+            rec = self.events[cursor].body
+            if (
+                type(rec) is TaskScheduled
+                and rec.task_id == task_id
+                and rec.attempt == attempt
+                and rec.name == name
+                and _same_payload(rec.input, input)
+            ):
+                self._cursor = cursor + 1
+                return True
+        return False
+
+    def match_timer(self, task_id: int) -> TimerCreated | None:
+        """Replay fast path: consume and return the recorded TimerCreated if it is next."""
+        cursor = self._cursor
+        if cursor < self._end:
+            rec = self.events[cursor].body
+            if type(rec) is TimerCreated and rec.task_id == task_id:
+                self._cursor = cursor + 1
+                return rec
+        return None
+
+    def command(self, body: B) -> B | None:
+        """Journal a decision: append it live, or match it against the record on replay.
+
+        Returns ``None`` live, and the recorded body on replay (its values stay in force).
+        """
+        if not self.replaying:
+            self.append(body)
+            return None
+        cursor = self._cursor
+        if cursor < self._end:
+            rec = self.events[cursor].body
+            if type(rec) is type(body) and _MATCHERS[type(body)](rec, body):
+                self._cursor = cursor + 1
+                result: B = rec
+                return result
+        raise self.mismatch(body)
+
+    def recorded_inline_step(
+        self, task_id: int, name: str
+    ) -> InlineStepCompleted | InlineStepFailed:
+        """On replay: the recorded outcome of inline step ``task_id`` (must come next)."""
+        cursor = self._cursor
+        if cursor < self._end:
+            rec = self.events[cursor].body
+            if (
+                isinstance(rec, InlineStepCompleted | InlineStepFailed)
+                and rec.task_id == task_id
+                and rec.name == name
+            ):
+                self._cursor = cursor + 1
+                return rec
+        raise self.mismatch(InlineStepCompleted(task_id, name))

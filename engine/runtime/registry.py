@@ -1,0 +1,269 @@
+"""Registration of workflows and activities, and the ``@workflow`` / ``@activity`` decorators.
+
+A history names its workflow and activities by string, so the code that runs them is found
+by name (and, for workflows, version) in a :class:`Registry`. The module-level decorators
+register into :data:`default_registry`; explicit ``Registry()`` instances keep tests and
+multi-tenant processes apart. Decorators return the function unchanged, so decorated
+functions stay plain, directly testable Python.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar, overload
+
+from engine.core.errors import NotRegisteredError, RegistrationError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+WorkflowFn = Callable[..., Coroutine[Any, Any, Any]]
+
+_WORKFLOW_ATTR = "__turnstile_workflow__"
+_ACTIVITY_ATTR = "__turnstile_activity__"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowDefinition:
+    """A registered workflow: ``fn(ctx, input)`` (or ``fn(ctx)`` when it takes no input)."""
+
+    name: str
+    version: str
+    fn: WorkflowFn
+    takes_input: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityDefinition:
+    """A registered activity; ``is_async`` tells workers whether to await it."""
+
+    name: str
+    fn: Callable[..., Any]
+    is_async: bool = False
+
+
+def _describe(fn: Callable[..., Any]) -> str:
+    module = getattr(fn, "__module__", "?")
+    return f"{module}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _takes_input(fn: Callable[..., Any], name: str) -> bool:
+    params = list(inspect.signature(fn).parameters.values())
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if not positional:
+        raise RegistrationError(
+            f"workflow {name!r} must accept the workflow context: write it as "
+            f"'async def {getattr(fn, '__name__', name)}(ctx, input)'"
+        )
+    return len(positional) >= 2
+
+
+class Registry:
+    """Workflows by (name, version) and activities by name."""
+
+    __slots__ = ("_activities", "_activity_names", "_workflow_names", "_workflows")
+
+    def __init__(self) -> None:
+        self._workflows: dict[tuple[str, str], WorkflowDefinition] = {}
+        self._activities: dict[str, ActivityDefinition] = {}
+        self._workflow_names: dict[Callable[..., Any], str] = {}
+        self._activity_names: dict[Callable[..., Any], str] = {}
+
+    # --- registration -------------------------------------------------------------------------
+
+    @overload
+    def workflow(self, fn: F, /) -> F: ...
+
+    @overload
+    def workflow(
+        self, fn: None = None, /, *, name: str | None = None, version: str = ""
+    ) -> Callable[[F], F]: ...
+
+    def workflow(
+        self, fn: F | None = None, /, *, name: str | None = None, version: str = ""
+    ) -> F | Callable[[F], F]:
+        """Register an ``async def`` workflow; usable bare or as ``@workflow(name=...)``."""
+
+        def register(f: F) -> F:
+            self.add_workflow(f, name=name, version=version)
+            return f
+
+        return register(fn) if fn is not None else register
+
+    @overload
+    def activity(self, fn: F, /) -> F: ...
+
+    @overload
+    def activity(self, fn: None = None, /, *, name: str | None = None) -> Callable[[F], F]: ...
+
+    def activity(self, fn: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
+        """Register an activity (sync or async); usable bare or as ``@activity(name=...)``."""
+
+        def register(f: F) -> F:
+            self.add_activity(f, name=name)
+            return f
+
+        return register(fn) if fn is not None else register
+
+    def add_workflow(
+        self, fn: Callable[..., Any], *, name: str | None = None, version: str = ""
+    ) -> WorkflowDefinition:
+        """Register ``fn`` as a workflow (the non-decorator form)."""
+        name = name or getattr(fn, "__name__", "")
+        if not name:
+            raise RegistrationError("a workflow needs a name: pass name=...")
+        if not inspect.iscoroutinefunction(fn):
+            raise RegistrationError(
+                f"workflow {name!r} ({_describe(fn)}) must be defined with 'async def'"
+            )
+        existing = self._workflows.get((name, version))
+        if existing is not None and existing.fn is not fn:
+            raise RegistrationError(
+                f"workflow {name!r} version {version!r} is already registered by "
+                f"{_describe(existing.fn)}; give {_describe(fn)} another name with "
+                f"@workflow(name=...) or another version with @workflow(version=...)"
+            )
+        definition = WorkflowDefinition(name, version, fn, _takes_input(fn, name))
+        self._workflows[(name, version)] = definition
+        self._workflow_names[fn] = name
+        _set_attr(fn, _WORKFLOW_ATTR, (name, version))
+        return definition
+
+    def add_activity(
+        self, fn: Callable[..., Any], *, name: str | None = None
+    ) -> ActivityDefinition:
+        """Register ``fn`` as an activity (the non-decorator form)."""
+        name = name or getattr(fn, "__name__", "")
+        if not name:
+            raise RegistrationError("an activity needs a name: pass name=...")
+        existing = self._activities.get(name)
+        if existing is not None and existing.fn is not fn:
+            raise RegistrationError(
+                f"activity {name!r} is already registered by {_describe(existing.fn)}; give "
+                f"{_describe(fn)} another name with @activity(name=...)"
+            )
+        definition = ActivityDefinition(name, fn, inspect.iscoroutinefunction(fn))
+        self._activities[name] = definition
+        self._activity_names[fn] = name
+        _set_attr(fn, _ACTIVITY_ATTR, name)
+        return definition
+
+    # --- lookups ------------------------------------------------------------------------------
+
+    def get_workflow(self, name: str, version: str = "") -> WorkflowDefinition:
+        """The workflow registered as (name, version).
+
+        An empty ``version`` also finds a workflow registered under a single non-empty
+        version, so that starting "by name" works while only one version exists.
+        """
+        found = self._workflows.get((name, version))
+        if found is not None:
+            return found
+        versions = sorted(v for (n, v) in self._workflows if n == name)
+        if not version and len(versions) == 1:
+            return self._workflows[(name, versions[0])]
+        if versions:
+            raise NotRegisteredError(
+                f"workflow {name!r} has no version {version!r} here (registered versions: "
+                f"{', '.join(repr(v) for v in versions)}); deploy code that registers it"
+            )
+        known = ", ".join(sorted({n for (n, _) in self._workflows})) or "none"
+        raise NotRegisteredError(
+            f"no workflow named {name!r} is registered in this process (known: {known}); "
+            f"import the module that defines it before starting the processor"
+        )
+
+    def get_activity(self, name: str) -> ActivityDefinition:
+        """The activity registered under ``name``."""
+        found = self._activities.get(name)
+        if found is None:
+            known = ", ".join(sorted(self._activities)) or "none"
+            raise NotRegisteredError(
+                f"no activity named {name!r} is registered in this worker (known: {known}); "
+                f"import the module that defines it before starting the worker"
+            )
+        return found
+
+    def has_workflow(self, name: str, version: str = "") -> bool:
+        try:
+            self.get_workflow(name, version)
+        except NotRegisteredError:
+            return False
+        return True
+
+    def workflows(self) -> list[WorkflowDefinition]:
+        return list(self._workflows.values())
+
+    def activities(self) -> list[ActivityDefinition]:
+        return list(self._activities.values())
+
+    def workflow_name(self, workflow: str | Callable[..., Any]) -> str:
+        """The registered name of a workflow given by name or by function."""
+        if isinstance(workflow, str):
+            return workflow
+        name = self._workflow_names.get(workflow)
+        if name is not None:
+            return name
+        marker = getattr(workflow, _WORKFLOW_ATTR, None)
+        if isinstance(marker, tuple):
+            return str(marker[0])
+        return str(getattr(workflow, "__name__", workflow))
+
+    def activity_name(self, activity: str | Callable[..., Any]) -> str:
+        """The registered name of an activity given by name or by function."""
+        if isinstance(activity, str):
+            return activity
+        name = self._activity_names.get(activity)
+        if name is not None:
+            return name
+        marker = getattr(activity, _ACTIVITY_ATTR, None)
+        if isinstance(marker, str):
+            return marker
+        return str(getattr(activity, "__name__", activity))
+
+
+def _set_attr(fn: Callable[..., Any], attr: str, value: object) -> None:
+    with contextlib.suppress(AttributeError, TypeError):  # some callables refuse attributes
+        setattr(fn, attr, value)
+
+
+default_registry = Registry()
+"""The registry that the module-level ``@workflow`` and ``@activity`` decorators fill."""
+
+
+@overload
+def workflow(fn: F, /) -> F: ...
+
+
+@overload
+def workflow(
+    fn: None = None, /, *, name: str | None = None, version: str = ""
+) -> Callable[[F], F]: ...
+
+
+def workflow(
+    fn: F | None = None, /, *, name: str | None = None, version: str = ""
+) -> F | Callable[[F], F]:
+    """Register an ``async def wf(ctx, input)`` workflow in :data:`default_registry`."""
+    if fn is not None:
+        return default_registry.workflow(fn)
+    return default_registry.workflow(name=name, version=version)
+
+
+@overload
+def activity(fn: F, /) -> F: ...
+
+
+@overload
+def activity(fn: None = None, /, *, name: str | None = None) -> Callable[[F], F]: ...
+
+
+def activity(fn: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
+    """Register an activity in :data:`default_registry`."""
+    if fn is not None:
+        return default_registry.activity(fn)
+    return default_registry.activity(name=name)

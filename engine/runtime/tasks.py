@@ -1,0 +1,229 @@
+"""Awaitable task objects: what workflow code awaits.
+
+Workflow code runs on the engine's own deterministic driver (see
+:mod:`engine.runtime.driver`), not on an asyncio event loop. Everything it awaits is a
+:class:`Task`: ``__await__`` yields the task itself to the driver when it is still pending,
+and returns its value (or raises its error) once it is resolved. A task resolved before it
+is awaited (an inline step, a buffered event) is awaited without any scheduling step at all,
+which keeps chains of inline steps cheap.
+
+Resolution happens either while a turn's inbound events are applied (a task result, a timer
+firing) or while the code runs. Resolving a task only changes state and queues the waiters;
+anything that must be journaled as a decision (cancelling a timer, scheduling a retry) is
+deferred to the driver run, so that decisions are always made by the running code in a
+fixed order, and replay makes them again in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from engine.runtime.cancel import cancelled_error, is_cancelled
+
+if TYPE_CHECKING:
+    from engine.runtime.generation import Generation
+
+T = TypeVar("T")
+
+PENDING = 0
+DONE = 1
+FAILED = 2
+
+
+class Waiter(Protocol):
+    """Something that wants to know when a task resolves."""
+
+    def _wakeup(self, task: Task[Any]) -> None: ...
+
+
+class Task(Generic[T]):
+    """An awaitable, cancellable unit of workflow work."""
+
+    __slots__ = ("_error", "_state", "_value", "_waiters")
+
+    def __init__(self) -> None:
+        self._state = PENDING
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._waiters: list[Waiter] | None = None
+
+    def __await__(self) -> Generator[Task[Any], None, T]:
+        while self._state == PENDING:
+            yield self
+        if self._error is not None:
+            raise self._error
+        value: T = self._value
+        return value
+
+    def __repr__(self) -> str:
+        state = ("pending", "done", "failed")[self._state]
+        return f"<{type(self).__name__} {state}>"
+
+    # --- public, asyncio-like -----------------------------------------------------------------
+
+    def done(self) -> bool:
+        return self._state != PENDING
+
+    def cancelled(self) -> bool:
+        return is_cancelled(self._error)
+
+    def result(self) -> T:
+        """The value; raises the task's error if it failed, RuntimeError if still pending."""
+        if self._state == PENDING:
+            raise RuntimeError(f"{self!r} is not done yet; await it first")
+        if self._error is not None:
+            raise self._error
+        value: T = self._value
+        return value
+
+    def exception(self) -> BaseException | None:
+        if self._state == PENDING:
+            raise RuntimeError(f"{self!r} is not done yet; await it first")
+        return self._error
+
+    def cancel(self) -> bool:
+        """Cancel a pending task; returns False when it had already resolved.
+
+        Only call this from running workflow code (cancelling may journal decisions, such as
+        a cancelled timer).
+        """
+        if self._state != PENDING:
+            return False
+        self._cancel_hook()
+        if self._state == PENDING:
+            self._fail(cancelled_error())
+        return True
+
+    # --- runtime side -------------------------------------------------------------------------
+
+    def _cancel_hook(self) -> None:
+        """Kind-specific clean-up when cancelled (overridden by durable tasks)."""
+
+    def _resolve(self, value: Any) -> None:
+        self._state = DONE
+        self._value = value
+        waiters = self._waiters
+        if waiters is not None:
+            self._waiters = None
+            for waiter in waiters:
+                waiter._wakeup(self)
+
+    def _fail(self, error: BaseException) -> None:
+        self._state = FAILED
+        self._error = error
+        waiters = self._waiters
+        if waiters is not None:
+            self._waiters = None
+            for waiter in waiters:
+                waiter._wakeup(self)
+
+    def _add_waiter(self, waiter: Waiter) -> None:
+        if self._waiters is None:
+            self._waiters = [waiter]
+        else:
+            self._waiters.append(waiter)
+
+    def _remove_waiter(self, waiter: Waiter) -> None:
+        if self._waiters is not None and waiter in self._waiters:
+            self._waiters.remove(waiter)
+
+    def _sole_waiter(self, waiter: Waiter) -> bool:
+        waiters = self._waiters
+        return waiters is not None and len(waiters) == 1 and waiters[0] is waiter
+
+
+def completed_task(value: Any) -> Task[Any]:
+    """A task that is already resolved with ``value``."""
+    task: Task[Any] = Task()
+    task._state = DONE
+    task._value = value
+    return task
+
+
+def failed_task(error: BaseException) -> Task[Any]:
+    """A task that has already failed with ``error``."""
+    task: Task[Any] = Task()
+    task._state = FAILED
+    task._error = error
+    return task
+
+
+class WhenAll(Task[list[Any]]):
+    """Resolves with every task's value, in order; fails as soon as one of them fails.
+
+    Like ``asyncio.gather``, a failure does not cancel the other tasks.
+    """
+
+    __slots__ = ("_left", "_tasks")
+
+    def __init__(self, tasks: list[Task[Any]]) -> None:
+        super().__init__()
+        self._tasks = tasks
+        left = 0
+        for task in tasks:
+            if task._state == PENDING:
+                left += 1
+                task._add_waiter(self)
+            elif task._error is not None and self._state == PENDING:
+                self._fail(task._error)
+        self._left = left
+        if left == 0 and self._state == PENDING:
+            self._resolve([task._value for task in tasks])
+
+    def _wakeup(self, task: Task[Any]) -> None:
+        if self._state != PENDING:
+            return
+        if task._error is not None:
+            self._fail(task._error)
+            return
+        self._left -= 1
+        if self._left == 0:
+            self._resolve([t._value for t in self._tasks])
+
+    def _cancel_hook(self) -> None:
+        for task in self._tasks:
+            if task._state == PENDING:
+                task.cancel()
+
+
+class WhenAny(Task[Task[Any]]):
+    """Resolves with the first task to finish (the winner) and cancels the others.
+
+    The winner is returned as a task: awaiting it gives its value or raises its error. The
+    losers are cancelled by the running code (after the current step), so that pending timers
+    among them are journaled as cancelled and cancelled threads get ``CancelledError``.
+    """
+
+    __slots__ = ("_gen", "_tasks")
+
+    def __init__(self, gen: Generation, tasks: list[Task[Any]]) -> None:
+        super().__init__()
+        if not tasks:
+            raise ValueError("when_any needs at least one task")
+        self._gen = gen
+        self._tasks = tasks
+        for task in tasks:
+            if task._state != PENDING:
+                self._resolve(task)
+                self._cancel_losers()
+                return
+        for task in tasks:
+            task._add_waiter(self)
+
+    def _wakeup(self, task: Task[Any]) -> None:
+        if self._state == PENDING:
+            # queue the cancellation first, so that it happens before any waiter resumes
+            self._gen.ready.append(self._cancel_losers)
+            self._resolve(task)
+
+    def _cancel_losers(self) -> None:
+        winner = self._value
+        for task in self._tasks:
+            if task is not winner and task._state == PENDING:
+                task.cancel()
+
+    def _cancel_hook(self) -> None:
+        for task in self._tasks:
+            if task._state == PENDING:
+                task.cancel()
