@@ -18,7 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from engine.adapters.kafka_config import consumer_config, transactional_producer_config
 from engine.adapters.kafka_io import AbortedTransaction, Delivered, TransactionalProducer
@@ -27,14 +34,16 @@ from engine.codec import decode_message
 from engine.core.errors import CodecError, TurnstileError
 from engine.core.keys import murmur2_partition
 from engine.core.messages import (
+    COMMAND_TYPES,
     ActivityResult,
     ChildResult,
-    Message as EngineMessage,
     RaiseEvent,
     StartWorkflow,
     TerminateWorkflow,
 )
-from engine.core.messages import COMMAND_TYPES
+from engine.core.messages import (
+    Message as EngineMessage,
+)
 from engine.runtime.registry import Registry
 from engine.services.config import Settings
 from engine.services.processor.partition import Environment, PartitionProcessor
@@ -44,6 +53,15 @@ log = logging.getLogger("engine.processor")
 
 STATE = "state"
 TIMER = "timer"
+
+#: Low fetch wait for latency; a short session so a crashed replica's partitions move on
+#: quickly; heartbeats well inside it.
+PROCESSOR_CONSUMER = {
+    "fetch.wait.max.ms": 10,
+    "max.poll.interval.ms": 300_000,
+    "session.timeout.ms": 10_000,
+    "heartbeat.interval.ms": 1_000,
+}
 
 
 @dataclass
@@ -81,28 +99,17 @@ class ProcessorRunner:
         self._accepts = _accepted_kinds(self.topics)
         self._num_partitions = settings.partitions
         self._batch_start: dict[tuple[str, int], int] = {}
-        self._consumer = Consumer(
-            consumer_config(
-                settings.bootstrap_servers,
-                settings.processor_group,
-                client_id=f"{settings.namespace}.processor.{settings.replica_id}",
-                **{
-                    "fetch.wait.max.ms": 10,
-                    "max.poll.interval.ms": 300_000,
-                    "session.timeout.ms": 10_000,
-                    "heartbeat.interval.ms": 1_000,
-                },
-            )
+        client_id = f"{settings.namespace}.processor.{settings.replica_id}"
+        consumer = consumer_config(
+            settings.bootstrap_servers, settings.processor_group, client_id=client_id
         )
-        self._producer = TransactionalProducer(
-            transactional_producer_config(
-                settings.bootstrap_servers,
-                f"{settings.namespace}.processor.{settings.replica_id}",
-                transaction_timeout_ms=10_000,
-                **{"linger.ms": 1, **settings.extra_kafka},
-            ),
-            f"{settings.namespace}.processor.{settings.replica_id}",
+        consumer.update(PROCESSOR_CONSUMER)
+        self._consumer = Consumer(consumer)
+        producer = transactional_producer_config(
+            settings.bootstrap_servers, client_id, transaction_timeout_ms=10_000
         )
+        producer.update({"linger.ms": 1, **settings.extra_kafka})
+        self._producer = TransactionalProducer(producer, client_id)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -119,7 +126,7 @@ class ProcessorRunner:
     def close(self) -> None:
         try:
             self._consumer.close()
-        except (KafkaError, RuntimeError) as exc:  # pragma: no cover - best effort
+        except (KafkaException, RuntimeError) as exc:  # pragma: no cover - best effort
             log.warning("closing consumer: %s", exc)
         for pp in self.partitions.values():
             pp.close()
@@ -128,24 +135,38 @@ class ProcessorRunner:
     # --- one batch ---------------------------------------------------------------------------
 
     def run_batch(self) -> int:
-        """Consume until the batch is full, old or idle; commit it. Returns records seen."""
-        started = time.monotonic()
+        """Consume until the batch is full, old or idle; commit it. Returns records seen.
+
+        ``poll`` wakes up as soon as one record arrives; after that only what is already
+        fetched is drained (``consume(n, 0)``), so a lone record is not held back waiting
+        for company (librdkafka's ``consume(n, timeout)`` waits the full timeout unless
+        ``n`` records arrive).
+        """
         budget = self.settings.max_batch_ms / 1000
+        first = self._consumer.poll(self._idle_wait())
         count = 0
-        while True:
-            elapsed = time.monotonic() - started
-            timeout = 0.05 if count == 0 else max(0.0, budget - elapsed)
-            messages = self._consumer.consume(self.settings.max_batch - count, timeout)
+        if first is not None:
+            started = time.monotonic()
             now_ms = int(time.time() * 1000)
-            for message in messages:
-                self._route(message, now_ms)
-            count += len(messages)
-            if not messages or count >= self.settings.max_batch or elapsed >= budget:
-                break
-        fired = sum(pp.fire_due_timers(int(time.time() * 1000)) for pp in self.partitions.values())
+            self._route(first, now_ms)
+            count = 1
+            while count < self.settings.max_batch and time.monotonic() - started < budget:
+                messages = self._consumer.consume(self.settings.max_batch - count, 0)
+                if not messages:
+                    break
+                now_ms = int(time.time() * 1000)
+                for message in messages:
+                    self._route(message, now_ms)
+                count += len(messages)
+        now_ms = int(time.time() * 1000)
+        fired = sum(pp.fire_due_timers(now_ms) for pp in self.partitions.values())
         if count or fired:
-            self._commit(int(time.time() * 1000))
+            self._commit(now_ms)
         return count
+
+    def _idle_wait(self) -> float:
+        """How long to block for input: until the next timer is due, at most 50 ms."""
+        return 0.05
 
     def _route(self, message: Message, now_ms: int) -> None:
         error = message.error()
@@ -153,7 +174,8 @@ class ProcessorRunner:
             if error.code() != KafkaError._PARTITION_EOF:
                 log.warning("consumer error: %s", error)
             return
-        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        topic, partition = message.topic() or "", message.partition() or 0
+        offset = message.offset() or 0
         self._batch_start.setdefault((topic, partition), offset)
         pp = self.partitions.get(partition)
         if pp is None:  # pragma: no cover - librdkafka only delivers assigned partitions
@@ -243,7 +265,7 @@ class ProcessorRunner:
         for (topic, partition), offset in self._batch_start.items():
             try:
                 self._consumer.seek(TopicPartition(topic, partition, offset))
-            except KafkaError as exc:  # pragma: no cover - partition revoked meanwhile
+            except KafkaException as exc:  # pragma: no cover - partition revoked meanwhile
                 log.warning("seek %s[%d] failed: %s", topic, partition, exc)
         self._batch_start.clear()
 
@@ -295,16 +317,12 @@ def restore_partition(settings: Settings, topics: TopicNames, pp: PartitionProce
 def _restore_one(settings: Settings, topic: str, name: str, pp: PartitionProcessor) -> int:
     recorded = pp.tables.recorded_offset(name)
     start = OFFSET_BEGINNING if recorded is None else recorded + 1
-    consumer = Consumer(
-        consumer_config(
-            settings.bootstrap_servers,
-            f"{settings.namespace}.restore",
-            **{"enable.partition.eof": True, "fetch.wait.max.ms": 10},
-        )
-    )
+    config = consumer_config(settings.bootstrap_servers, f"{settings.namespace}.restore")
+    config.update({"enable.partition.eof": True, "fetch.wait.max.ms": 10})
+    consumer = Consumer(config)
     restored = 0
     try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, pp.partition), 10)
+        low, high = _watermarks(consumer, TopicPartition(topic, pp.partition))
         if recorded is not None and recorded + 1 < low:
             raise TurnstileError(
                 f"local state of partition {pp.partition} is older than the changelog "
@@ -317,6 +335,22 @@ def _restore_one(settings: Settings, topic: str, name: str, pp: PartitionProcess
     finally:
         consumer.close()
     return restored
+
+
+def _watermarks(consumer: Consumer, tp: TopicPartition, attempts: int = 5) -> tuple[int, int]:
+    """Low and high watermark, retried: a busy or just-elected leader may not answer at once."""
+    for attempt in range(attempts):
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            return int(low), int(high)
+        except KafkaException as exc:
+            if attempt == attempts - 1:
+                raise TurnstileError(
+                    f"cannot read the offsets of {tp.topic}[{tp.partition}]: {exc}; check that "
+                    f"the broker is reachable and the topics exist (topics apply)"
+                ) from exc
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def _drain(consumer: Consumer, pp: PartitionProcessor, name: str) -> int:
@@ -333,8 +367,8 @@ def _drain(consumer: Consumer, pp: PartitionProcessor, name: str) -> int:
                     done = True
                     continue
                 raise TurnstileError(f"restoring partition {pp.partition}: {err}")
-            batch[m.key()] = m.value()
-            last = m.offset()
+            batch[m.key() or b""] = m.value()
+            last = m.offset() or 0
             restored += 1
         if batch and (len(batch) >= 50_000 or done):
             pp.tables.apply(batch, {name: last})

@@ -46,7 +46,7 @@ def step_instance(pp: PartitionProcessor, item: Loaded, now_ms: int) -> None:
     try:
         execution = pp.execution(item)
         result = execution.step(inbox, now_ms)
-    except Exception as exc:  # noqa: BLE001 - a failing workflow fails alone
+    except Exception as exc:
         _fail_instance(pp, item, exc, now_ms)
         return
     pp.counters.rejected += len(result.rejected)

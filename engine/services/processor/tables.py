@@ -33,7 +33,7 @@ class Tables:
         if not pending:
             yield from self.store.scan(start, end)
             return
-        merged = dict(self.store.scan(start, end))
+        merged: dict[bytes, bytes | None] = dict(self.store.scan(start, end))
         merged.update(pending)
         for key in sorted(merged):
             value = merged[key]
