@@ -55,11 +55,10 @@ def step_instance(pp: PartitionProcessor, item: Loaded, now_ms: int) -> None:
     if not result.new_events:
         return
     _record_events(pp, item, result.new_events)
-    generation = meta.generation
     for action in result.actions:
         handler = ACTION_HANDLERS.get(type(action))
         if handler is not None:
-            generation = handler(pp, item, action, generation, now_ms)
+            handler(pp, item, action, now_ms)
     _refresh_meta(item, now_ms)
     save_meta(pp, meta)
     if meta.status is not None and meta.status.is_terminal:
@@ -120,15 +119,15 @@ def _fail_instance(pp: PartitionProcessor, item: Loaded, exc: Exception, now_ms:
     pp.counters.completed += 1
 
 
-# --- action handlers: each returns the generation that later actions belong to ---------------
+# --- action handlers: one per outbound action ------------------------------------------------
 
 
 def _schedule_activity(
-    pp: PartitionProcessor, item: Loaded, a: act.ScheduleActivity, gen: int, now_ms: int
-) -> int:
+    pp: PartitionProcessor, item: Loaded, a: act.ScheduleActivity, now_ms: int
+) -> None:
     task = ActivityTask(
         instance_id=item.meta.instance_id,
-        generation=gen,
+        generation=a.generation,
         task_id=a.task_id,
         attempt=a.attempt,
         name=a.name,
@@ -137,12 +136,11 @@ def _schedule_activity(
         scheduled_ms=now_ms,
     )
     pp.send(pp.env.topics.activity_tasks, task)
-    return gen
 
 
 def _start_child(
-    pp: PartitionProcessor, item: Loaded, a: act.StartChild, gen: int, now_ms: int
-) -> int:
+    pp: PartitionProcessor, item: Loaded, a: act.StartChild, now_ms: int
+) -> None:
     parent = item.meta.instance_id
     start = StartWorkflow(
         instance_id=a.instance_id,
@@ -150,42 +148,39 @@ def _start_child(
         input=a.input,
         version=a.version,
         reuse_policy=IdReusePolicy.ERROR_IF_RUNNING,
-        request_id=f"{parent}/{gen}/{a.task_id}",
+        request_id=f"{parent}/{a.generation}/{a.task_id}",
         parent_instance_id=parent,
-        parent_generation=gen,
+        parent_generation=a.generation,
         parent_task_id=a.task_id,
     )
     pp.send(pp.env.topics.instance_messages, start)
-    return gen
 
 
 def _create_timer(
-    pp: PartitionProcessor, item: Loaded, a: act.CreateTimer, gen: int, now_ms: int
-) -> int:
-    pp.tables.put_timer(keys.TimerKey(a.fire_at_ms, item.meta.instance_id, gen, a.task_id))
-    return gen
+    pp: PartitionProcessor, item: Loaded, a: act.CreateTimer, now_ms: int
+) -> None:
+    key = keys.TimerKey(a.fire_at_ms, item.meta.instance_id, a.generation, a.task_id)
+    pp.tables.put_timer(key)
 
 
 def _cancel_timer(
-    pp: PartitionProcessor, item: Loaded, a: act.CancelTimer, gen: int, now_ms: int
-) -> int:
-    pp.tables.delete_timer(keys.TimerKey(a.fire_at_ms, item.meta.instance_id, gen, a.task_id))
-    return gen
+    pp: PartitionProcessor, item: Loaded, a: act.CancelTimer, now_ms: int
+) -> None:
+    key = keys.TimerKey(a.fire_at_ms, item.meta.instance_id, a.generation, a.task_id)
+    pp.tables.delete_timer(key)
 
 
 def _send_event(
-    pp: PartitionProcessor, item: Loaded, a: act.SendEvent, gen: int, now_ms: int
-) -> int:
+    pp: PartitionProcessor, item: Loaded, a: act.SendEvent, now_ms: int
+) -> None:
     message = RaiseEvent(instance_id=a.target_instance_id, name=a.name, input=a.input)
     pp.send(pp.env.topics.instance_messages, message)
-    return gen
 
 
 def _complete(
-    pp: PartitionProcessor, item: Loaded, a: act.CompleteExecution, gen: int, now_ms: int
-) -> int:
+    pp: PartitionProcessor, item: Loaded, a: act.CompleteExecution, now_ms: int
+) -> None:
     _notify_parent(pp, item.meta.instance_id, item, a.status, a.output, a.failure)
-    return gen
 
 
 def _notify_parent(
@@ -211,26 +206,20 @@ def _notify_parent(
     pp.send(pp.env.topics.instance_messages, result)
 
 
-def _continue_as_new(
-    pp: PartitionProcessor, item: Loaded, a: act.ContinueAsNew, gen: int, now_ms: int
-) -> int:
-    return a.new_generation
-
-
 def _terminate_children(
-    pp: PartitionProcessor, item: Loaded, a: act.TerminateChildren, gen: int, now_ms: int
-) -> int:
+    pp: PartitionProcessor, item: Loaded, a: act.TerminateChildren, now_ms: int
+) -> None:
     for child in a.instance_ids:
         message = TerminateWorkflow(instance_id=child, reason=a.reason, recursive=True)
         pp.send(pp.env.topics.instance_messages, message)
-    return gen
 
 
-def _ignore(pp: PartitionProcessor, item: Loaded, a: Any, gen: int, now_ms: int) -> int:
-    return gen
+def _nothing_to_send(pp: PartitionProcessor, item: Loaded, a: Any, now_ms: int) -> None:
+    """Recorded in history and in the row already (continue-as-new moves the generation
+    start when its ExecutionStarted is recorded); nothing leaves the partition."""
 
 
-ActionHandler = Callable[["PartitionProcessor", "Loaded", Any, int, int], int]
+ActionHandler = Callable[["PartitionProcessor", "Loaded", Any, int], None]
 
 ACTION_HANDLERS: dict[type, ActionHandler] = {
     act.ScheduleActivity: _schedule_activity,
@@ -239,9 +228,9 @@ ACTION_HANDLERS: dict[type, ActionHandler] = {
     act.CancelTimer: _cancel_timer,
     act.SendEvent: _send_event,
     act.CompleteExecution: _complete,
-    act.ContinueAsNew: _continue_as_new,
+    act.ContinueAsNew: _nothing_to_send,
     act.TerminateChildren: _terminate_children,
-    act.RunInlineStep: _ignore,
-    act.SetCustomStatus: _ignore,
+    act.RunInlineStep: _nothing_to_send,
+    act.SetCustomStatus: _nothing_to_send,
 }
 
