@@ -1,0 +1,198 @@
+"""Kafka side of the workflow client: a command producer and a status-topic reader.
+
+The producer is idempotent and partitions with murmur2, so a command for an instance lands
+on the same partition as one written by a Java or Go producer. The reader is assigned every
+partition of the compacted status topic from the beginning (no consumer group: each client
+needs the whole topic) and folds it into a :class:`StatusView`; it reports "caught up" once
+every partition has reached its end (the partition-EOF event, which librdkafka raises past
+transaction markers, unlike a comparison of positions with watermarks).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from engine.adapters.kafka_config import consumer_config, producer_config
+from engine.adapters.kafka_io import poll_batch
+from engine.core.errors import BrokerError
+from engine.services.client import StatusView
+
+__all__ = ["KafkaCommandSink", "KafkaStatusReader", "partition_count"]
+
+log = logging.getLogger(__name__)
+
+_BUFFER_FULL_POLL_S = 0.05
+_READ_BATCH = 1000
+
+
+def partition_count(
+    client: Producer | Consumer, topic: str, timeout_s: float = 10.0, *, missing_wait_s: float = 3.0
+) -> int:
+    """How many partitions ``topic`` has; raises a BrokerError saying what to do if none.
+
+    A topic created a moment ago may not be in every broker's metadata yet, so a missing
+    topic is asked for again for ``missing_wait_s`` before giving up.
+    """
+    deadline = time.monotonic() + missing_wait_s
+    while True:
+        try:
+            metadata = client.list_topics(topic, timeout=timeout_s)
+        except KafkaException as exc:
+            raise BrokerError(
+                f"cannot read metadata of topic {topic!r}: {exc}; check bootstrap servers"
+            ) from exc
+        info = metadata.topics.get(topic)
+        if info is not None and info.error is None and info.partitions:
+            return len(info.partitions)
+        if time.monotonic() >= deadline:
+            namespace = topic.rsplit(".", 1)[0]
+            raise BrokerError(
+                f"topic {topic!r} does not exist; create the engine's topics first with "
+                f"'turnstile topics apply --namespace {namespace}' (or check --namespace)"
+            )
+        time.sleep(0.1)
+
+
+class KafkaCommandSink:
+    """Produces commands to one topic; ``flush`` reports any record that failed."""
+
+    def __init__(self, bootstrap_servers: str, topic: str, extra: dict[str, Any] | None = None):
+        self.topic = topic
+        config = producer_config(
+            bootstrap_servers,
+            client_id="turnstile-client",
+            **{"linger.ms": 1, "allow.auto.create.topics": False, **(extra or {})},
+        )
+        self._producer = Producer(config)
+        try:
+            partition_count(self._producer, topic)
+        except BrokerError:
+            self._producer.close()
+            raise
+        self._lock = threading.Lock()
+        self._errors: list[str] = []
+
+    def send(self, key: bytes, value: bytes) -> None:
+        while True:
+            try:
+                self._producer.produce(self.topic, value, key, on_delivery=self._on_delivery)
+                break
+            except BufferError:
+                self._producer.poll(_BUFFER_FULL_POLL_S)
+            except KafkaException as exc:
+                raise BrokerError(f"cannot send a command to {self.topic!r}: {exc}") from exc
+        self._producer.poll(0)
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            with self._lock:
+                self._errors.append(f"{message.key()!r}: {error}")
+
+    def flush(self, timeout_s: float) -> None:
+        left = self._producer.flush(timeout_s)
+        with self._lock:
+            errors, self._errors = self._errors, []
+        if errors:
+            raise BrokerError(
+                f"{len(errors)} command(s) were not written to {self.topic!r} "
+                f"(first: {errors[0]}); check the broker and that the topic exists, then retry"
+            )
+        if left:
+            raise BrokerError(
+                f"{left} command(s) were not written to {self.topic!r} within {timeout_s}s; "
+                f"is Kafka reachable?"
+            )
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        try:
+            self._producer.flush(timeout_s)
+        finally:
+            self._producer.close()
+
+
+class KafkaStatusReader:
+    """A background thread that folds the status topic into a :class:`StatusView`."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        view: StatusView,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.view = view
+        config = consumer_config(
+            bootstrap_servers,
+            f"turnstile-client-{uuid.uuid4().hex}",
+            client_id="turnstile-client-status",
+            **{
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": 5,
+                "fetch.error.backoff.ms": 50,
+                **(extra or {}),
+            },
+        )
+        self._consumer = Consumer(config)
+        try:
+            partitions = partition_count(self._consumer, topic)
+        except BrokerError:
+            self._consumer.close()
+            raise
+        self._pending_eof = set(range(partitions))
+        # Offset 0 rather than OFFSET_BEGINNING: the logical offset costs an offset lookup
+        # that librdkafka answers ~0.5 s late; if the log starts later (records deleted),
+        # auto.offset.reset=earliest resolves it anyway.
+        self._consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="status-reader", daemon=True)
+
+    def start(self) -> KafkaStatusReader:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                for message in poll_batch(self._consumer, _READ_BATCH, 0.1):
+                    self._handle(message)
+        except Exception as exc:  # the view must learn that it will not be fed any more
+            log.exception("status reader stopped")
+            self.view.mark_failed(BrokerError(f"the status reader stopped: {exc}"))
+        finally:
+            self._consumer.close()
+
+    def _handle(self, message: Message) -> None:
+        error = message.error()
+        if error is None:
+            self.view.apply_record(message.key(), message.value())
+            return
+        if error.code() == KafkaError._PARTITION_EOF:
+            if self._pending_eof:
+                self._pending_eof.discard(message.partition() or 0)
+                if not self._pending_eof:
+                    self.view.mark_ready()
+            return
+        if error.fatal():
+            raise KafkaException(error)
+        log.warning("status reader: %s", error)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        elif not self._thread.ident:
+            self._consumer.close()

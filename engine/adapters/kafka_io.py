@@ -1,0 +1,456 @@
+"""Kafka I/O helpers shared by the processor and the activity worker.
+
+:class:`TransactionalProducer` wraps a confluent-kafka producer with the error handling that
+librdkafka's transactional API asks of its callers, so that every caller reacts the same way:
+
+- a *retriable* error (the coordinator was busy, a request timed out inside librdkafka) is
+  retried until the operation's time budget runs out;
+- an error that *requires abort* (a record failed for good, the coordinator lost the
+  transaction) aborts the transaction and raises :class:`AbortedTransaction`: the caller
+  drops what it prepared for this transaction and seeks its consumer back;
+- a *fatal* error, and a commit or abort that *times out*, recreate the producer with the
+  same ``transactional.id`` (its ``init_transactions`` fences the old instance and aborts
+  whatever it left open - librdkafka has no KIP-890 to make a timed-out commit safe to
+  retry) and raise :class:`AbortedTransaction`;
+- being *fenced* raises :class:`ProducerFencedError`: another process now owns this
+  ``transactional.id``, so this one must stop rather than fence it back.
+
+The consumer helpers build a consumer, read its positions for
+``send_offsets_to_transaction`` and wait, bounded, for a group assignment.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from engine.core.errors import BrokerError
+
+__all__ = [
+    "AbortedTransaction",
+    "Delivered",
+    "ProducerFencedError",
+    "RecordRejectedError",
+    "TransactionalProducer",
+    "kafka_error",
+    "make_consumer",
+    "poll_batch",
+    "positions_for",
+    "resume_partitions",
+    "wait_for_assignment",
+]
+
+log = logging.getLogger(__name__)
+
+Headers = Sequence[tuple[str, bytes]]
+RebalanceCallback = Callable[[Consumer, list[TopicPartition]], None]
+T = TypeVar("T")
+
+_BUFFER_FULL_POLL_S = 0.05
+_RETRY_PAUSE_S = 0.01
+
+
+class AbortedTransaction(BrokerError):
+    """The current transaction was aborted; nothing of it is visible to read_committed readers.
+
+    Drop every change prepared for it and seek the input back to the last committed offsets:
+    the records will be consumed and processed again.
+    """
+
+
+class ProducerFencedError(BrokerError):
+    """Another producer with the same ``transactional.id`` took over: this one must stop."""
+
+
+class RecordRejectedError(BrokerError):
+    """The producer refused one record up front (too large, unknown partition...).
+
+    The transaction stays open and usable; the caller decides whether to abort it or to
+    produce something else instead (for example a failure in place of a too-large result).
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """Where one record of the transaction was written."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+def kafka_error(exc: BaseException) -> KafkaError | None:
+    """The ``KafkaError`` carried by a ``KafkaException`` (None for anything else)."""
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0]
+    return None
+
+
+class TransactionalProducer:
+    """One transactional producer, with librdkafka's transactional error handling built in.
+
+    Use it as ``begin()``, any number of ``produce()``, optionally ``send_offsets()``, then
+    ``commit()`` (or ``abort()``). ``commit()`` returns where each record was written,
+    because the processor records the changelog offsets it wrote.
+    """
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        transactional_id: str,
+        timeout_s: float = 10.0,
+        *,
+        producer_factory: Callable[[dict[str, Any]], Producer] = Producer,
+    ) -> None:
+        self._config = {**config, "transactional.id": transactional_id}
+        self.transactional_id = transactional_id
+        self.timeout_s = timeout_s
+        self._factory = producer_factory
+        self._producer = self._new_producer()
+        self._open = False
+        self._delivered: list[Delivered] = []
+        self._failed: list[str] = []
+        self.last_delivered: list[Delivered] = []
+        self.recreated = 0
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def _new_producer(self) -> Producer:
+        producer = self._factory(self._config)
+        try:
+            producer.init_transactions(self.timeout_s)
+        except KafkaException as exc:
+            raise BrokerError(
+                f"could not initialise transactions for transactional.id "
+                f"{self.transactional_id!r}: {exc}. Check that the brokers are reachable and "
+                f"that the transaction coordinator is available (transaction.state.log "
+                f"replication settings on small clusters)."
+            ) from exc
+        return producer
+
+    def _recreate(self, reason: str) -> None:
+        """Replace the producer; the new one's init_transactions fences the old one."""
+        log.warning("recreating transactional producer %s: %s", self.transactional_id, reason)
+        self._open = False
+        old = self._producer
+        try:
+            old.purge(True, True, False)
+            old.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.debug("closing the old producer failed (ignored): %s", exc)
+        self._producer = self._new_producer()
+        self.recreated += 1
+
+    def close(self) -> None:
+        """Abort an open transaction and close the producer."""
+        if self._open:
+            try:
+                self.abort()
+            except BrokerError as exc:
+                log.warning("abort on close failed: %s", exc)
+        self._producer.close()
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether ``begin()`` was called and neither commit nor abort has ended it yet."""
+        return self._open
+
+    @property
+    def producer(self) -> Producer:
+        """The underlying producer (it changes when the producer is recreated)."""
+        return self._producer
+
+    # --- transaction ------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Start a transaction (records and offsets until commit or abort belong to it)."""
+        if self._open:
+            raise BrokerError("a transaction is already open; commit() or abort() it first")
+        self._delivered = []
+        self._failed = []
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            error = kafka_error(exc)
+            self._raise_if_fenced(error)
+            if error is None or not error.fatal():
+                raise BrokerError(f"cannot begin a transaction: {exc}") from exc
+            self._recreate(f"begin_transaction failed: {exc}")
+            self._producer.begin_transaction()
+        self._open = True
+
+    def produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None = None,
+        headers: Headers | None = None,
+    ) -> None:
+        """Queue one record in the open transaction; waits while the local queue is full."""
+        self._require_open("produce")
+        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": self._on_delivery}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if headers:
+            kwargs["headers"] = list(headers)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                self._producer.produce(topic, **kwargs)
+                return
+            except BufferError:
+                if time.monotonic() >= deadline:
+                    self._abort_and_raise("the producer queue stayed full")
+                self._producer.poll(_BUFFER_FULL_POLL_S)
+            except KafkaException as exc:
+                self._on_produce_error(exc, topic)
+
+    def _on_produce_error(self, exc: KafkaException, topic: str) -> None:
+        error = kafka_error(exc)
+        self._raise_if_fenced(error)
+        if error is not None and error.fatal():
+            self._recreate(f"produce failed: {exc}")
+            raise AbortedTransaction(f"producer failed fatally, transaction aborted: {exc}")
+        if error is not None and error.txn_requires_abort():
+            self._abort_and_raise(f"produce failed: {exc}")
+        raise RecordRejectedError(f"record for topic {topic!r} was refused: {exc}") from exc
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            topic, partition, offset = message.topic(), message.partition(), message.offset()
+            self._delivered.append(Delivered(str(topic), partition or 0, offset or 0))
+        else:
+            self._failed.append(f"{message.topic()}: {error}")
+
+    def send_offsets(self, offsets: Iterable[TopicPartition], group_metadata: Any) -> None:
+        """Commit these consumer offsets with the transaction (next offsets to read)."""
+        self._require_open("send_offsets")
+        valid = [tp for tp in offsets if tp.offset >= 0]
+        if not valid:
+            return
+        self._call_in_txn(
+            "send_offsets_to_transaction",
+            lambda budget: self._producer.send_offsets_to_transaction(
+                valid, group_metadata, budget
+            ),
+        )
+
+    def commit(self) -> list[Delivered]:
+        """Commit the transaction; returns where its records were written.
+
+        Raises :class:`AbortedTransaction` when the transaction could not be committed (it
+        is then aborted, or the producer recreated): drop pending changes and seek back.
+        """
+        self._require_open("commit")
+        self._call_in_txn("commit_transaction", self._producer.commit_transaction)
+        self._open = False
+        self._producer.poll(0)
+        self.last_delivered = self._delivered
+        self._delivered = []
+        return self.last_delivered
+
+    def abort(self) -> None:
+        """Abort the open transaction (recreating the producer if the abort cannot finish)."""
+        self._require_open("abort")
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                self._producer.abort_transaction(max(deadline - time.monotonic(), 0.001))
+                break
+            except KafkaException as exc:
+                error = kafka_error(exc)
+                self._raise_if_fenced(error)
+                if self._must_recreate(error) or time.monotonic() >= deadline:
+                    self._recreate(f"abort_transaction failed: {exc}")
+                    break
+                time.sleep(_RETRY_PAUSE_S)
+        self._open = False
+        self._delivered = []
+        self._producer.poll(0)
+
+    def poll(self, timeout_s: float = 0.0) -> int:
+        """Serve delivery callbacks (call it now and then while a transaction is open)."""
+        return int(self._producer.poll(timeout_s))
+
+    # --- error handling ---------------------------------------------------------------------
+
+    def _call_in_txn(self, what: str, call: Callable[[float], T]) -> T:
+        """Run a transactional call, retrying retriable errors within the time budget."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                return call(max(deadline - time.monotonic(), 0.001))
+            except KafkaException as exc:
+                error = kafka_error(exc)
+                self._raise_if_fenced(error)
+                if self._must_recreate(error):
+                    self._recreate(f"{what} failed: {exc}")
+                    raise AbortedTransaction(
+                        f"{what} failed ({exc}); the producer was recreated, which aborted "
+                        f"the transaction"
+                    ) from exc
+                if error is not None and error.txn_requires_abort():
+                    self._abort_and_raise(f"{what} failed: {exc}")
+                if error is not None and error.retriable() and time.monotonic() < deadline:
+                    time.sleep(_RETRY_PAUSE_S)
+                    continue
+                self._recreate(f"{what} failed and cannot be retried: {exc}")
+                raise AbortedTransaction(f"{what} failed: {exc}; transaction aborted") from exc
+
+    @staticmethod
+    def _must_recreate(error: KafkaError | None) -> bool:
+        """Fatal errors and timeouts of commit/abort: the producer's state is unknown."""
+        if error is None:
+            return True
+        return bool(error.fatal()) or error.code() in (KafkaError._TIMED_OUT, KafkaError._FATAL)
+
+    def _raise_if_fenced(self, error: KafkaError | None) -> None:
+        if error is not None and error.code() == KafkaError._FENCED:
+            self._open = False
+            raise ProducerFencedError(
+                f"another process now uses transactional.id {self.transactional_id!r}, so "
+                f"this one was fenced off and stops. Give every running process its own id "
+                f"(worker id / replica id)."
+            )
+
+    def _abort_and_raise(self, reason: str) -> None:
+        failed = f" (failed records: {'; '.join(self._failed[:3])})" if self._failed else ""
+        self.abort()
+        raise AbortedTransaction(f"transaction aborted: {reason}{failed}")
+
+    def _require_open(self, what: str) -> None:
+        if not self._open:
+            raise BrokerError(f"{what}() needs an open transaction; call begin() first")
+
+
+# --- consumers ----------------------------------------------------------------------------
+
+
+def make_consumer(
+    config: dict[str, Any],
+    topics: Sequence[str] | None = None,
+    *,
+    assignment: Sequence[TopicPartition] | None = None,
+    on_assign: RebalanceCallback | None = None,
+    on_revoke: RebalanceCallback | None = None,
+    on_lost: RebalanceCallback | None = None,
+) -> Consumer:
+    """A consumer that either subscribes to ``topics`` (group-managed) or is assigned fixed
+    partitions (``assignment``); the callbacks only apply to subscriptions."""
+    if (topics is None) == (assignment is None):
+        raise ValueError("pass exactly one of topics (subscribe) or assignment (assign)")
+    consumer = Consumer(config)
+    if assignment is not None:
+        consumer.assign(list(assignment))
+        return consumer
+    kwargs: dict[str, RebalanceCallback] = {}
+    if on_assign is not None:
+        kwargs["on_assign"] = on_assign
+    if on_revoke is not None:
+        kwargs["on_revoke"] = on_revoke
+    if on_lost is not None:
+        kwargs["on_lost"] = on_lost
+    consumer.subscribe(list(topics or ()), **kwargs)
+    return consumer
+
+
+def poll_batch(consumer: Consumer, max_records: int, timeout_s: float) -> list[Message]:
+    """Up to ``max_records`` messages, returning as soon as *one* is there.
+
+    ``Consumer.consume(n, timeout)`` waits until it has ``n`` messages or the timeout passed,
+    which adds the whole timeout to the latency of a lone record; this waits only for the
+    first message, then takes whatever else is already fetched without waiting.
+    """
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return []
+    if max_records <= 1:
+        return [first]
+    return [first, *consumer.consume(max_records - 1, 0)]
+
+
+def resume_partitions(consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
+    """Resume paused partitions *and* get fetching going again at once.
+
+    When every partition a broker leads is paused, librdkafka's thread for that broker has
+    nothing to fetch and sleeps for up to a second; ``resume`` does not wake it, so the
+    first record after a resume would come ~1 s late. Any request to that broker wakes the
+    thread, so ask each leader for one partition's watermarks.
+    """
+    if not partitions:
+        return
+    consumer.resume(list(partitions))
+    for tp in _one_partition_per_leader(consumer, partitions):
+        try:
+            consumer.get_watermark_offsets(tp, timeout=1.0, cached=False)
+        except KafkaException as exc:  # only a nudge: fetching resumes within 1 s anyway
+            log.debug("watermark nudge after resume failed: %s", exc)
+
+
+def _one_partition_per_leader(
+    consumer: Consumer, partitions: Sequence[TopicPartition]
+) -> list[TopicPartition]:
+    chosen: dict[int, TopicPartition] = {}
+    for topic in {tp.topic for tp in partitions}:
+        try:
+            metadata = consumer.list_topics(topic, timeout=1.0).topics.get(topic)
+        except KafkaException:
+            metadata = None
+        for tp in partitions:
+            if tp.topic != topic:
+                continue
+            info = metadata.partitions.get(tp.partition) if metadata is not None else None
+            leader = info.leader if info is not None else -1
+            chosen.setdefault(leader, TopicPartition(tp.topic, tp.partition))
+    return list(chosen.values())
+
+
+def positions_for(consumer: Consumer, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+    """The consumer's next offsets for ``partitions``, leaving out those it has none for.
+
+    This is what ``send_offsets_to_transaction`` wants after a batch has been processed.
+    """
+    wanted = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+    if not wanted:
+        return []
+    return [
+        tp for tp in consumer.position(wanted) if tp.offset != OFFSET_INVALID and tp.offset >= 0
+    ]
+
+
+def wait_for_assignment(
+    consumer: Consumer, timeout_s: float, *, poll_s: float = 0.05
+) -> tuple[list[TopicPartition], list[Message]]:
+    """Poll until the group gives ``consumer`` partitions, at most ``timeout_s`` seconds.
+
+    Returns the assignment and any records polled meanwhile (they must be processed, not
+    dropped). Raises :class:`BrokerError` when nothing is assigned in time.
+    """
+    deadline = time.monotonic() + timeout_s
+    records: list[Message] = []
+    while True:
+        assignment = list(consumer.assignment())
+        if assignment:
+            return assignment, records
+        if time.monotonic() >= deadline:
+            raise BrokerError(
+                f"no partitions were assigned within {timeout_s:.0f}s; check that the topics "
+                f"exist and that the group has fewer members than partitions"
+            )
+        message = consumer.poll(poll_s)
+        if message is not None and message.error() is None:
+            records.append(message)

@@ -1,0 +1,358 @@
+"""The activity worker's Kafka loop: consume tasks, run them, produce results transactionally.
+
+One consumer in the worker group on the activity-tasks topic (read_committed, cooperative
+rebalancing, no auto-commit) and one transactional producer whose ``transactional.id`` is
+``<namespace>.worker.<worker id>``. Each transaction carries a batch of results and dead
+letters together with the task offsets they settle; it commits after ~50 ms or as soon as
+the worker is idle, never once per task.
+
+The loop never blocks on an activity: activities run in :class:`ActivityRunner` threads or
+on its event loop, and while ``concurrency`` tasks are taken the partitions are paused but
+still polled, so a long activity cannot push the consumer past ``max.poll.interval.ms``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from engine.adapters.kafka_config import consumer_config, transactional_producer_config
+from engine.adapters.kafka_io import (
+    AbortedTransaction,
+    RecordRejectedError,
+    TransactionalProducer,
+    make_consumer,
+    poll_batch,
+    resume_partitions,
+)
+from engine.core.errors import BrokerError
+from engine.runtime.registry import Registry
+from engine.services.config import Settings
+from engine.services.topics import topic_names
+from engine.services.worker import (
+    CommitPolicy,
+    FlowAction,
+    Outbound,
+    TaskRecord,
+    Worker,
+)
+
+__all__ = ["KafkaWorker", "worker_transactional_id"]
+
+log = logging.getLogger(__name__)
+
+_IDLE_POLL_S = 0.1
+_BUSY_POLL_S = 0.002
+_MAX_BATCH = 500
+_RETRY_MAX_S = 5.0
+_RECOVERY_S = 60.0
+_ERROR_LOG_EVERY_S = 30.0
+
+
+def worker_transactional_id(namespace: str, worker_id: str) -> str:
+    """Stable per worker id, so a restarted worker fences its previous incarnation."""
+    return f"{namespace}.worker.{worker_id}"
+
+
+class KafkaWorker:
+    """Runs activities for one worker process until ``stop`` is set (see :meth:`run`)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: Registry,
+        *,
+        concurrency: int | None = None,
+        prefetch: int | None = None,
+        worker_id: str | None = None,
+        commit_interval_s: float = 0.05,
+        shutdown_timeout_s: float = 30.0,
+        consumer_overrides: dict[str, Any] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.topics = topic_names(settings.namespace)
+        self.worker_id = worker_id or settings.worker_id
+        self.worker = Worker(
+            registry,
+            source_topic=self.topics.activity_tasks,
+            concurrency=concurrency or settings.worker_concurrency,
+            prefetch=prefetch,
+            worker_id=self.worker_id,
+        )
+        self.policy = CommitPolicy(commit_interval_s)
+        self.shutdown_timeout_s = shutdown_timeout_s
+        self.consumer_overrides = dict(consumer_overrides or {})
+        self.transactions = 0
+        self.aborts = 0
+        self.pauses = 0
+        self._paused = False
+        self._repause = False
+        self._last_error_log = 0.0
+        self._consumer: Consumer | None = None
+        self._producer: TransactionalProducer | None = None
+        self._stop = threading.Event()
+
+    # --- wiring -----------------------------------------------------------------------------
+
+    def _consumer_config(self) -> dict[str, Any]:
+        s = self.settings
+        return consumer_config(
+            s.bootstrap_servers,
+            s.worker_group,
+            client_id=f"{s.namespace}.worker.{self.worker_id}",
+            **{
+                "partition.assignment.strategy": "cooperative-sticky",
+                "fetch.wait.max.ms": 10,
+                "session.timeout.ms": 10_000,
+                "heartbeat.interval.ms": 1_000,
+                "max.poll.interval.ms": 300_000,
+                **s.extra_kafka,
+                **self.consumer_overrides,
+            },
+        )
+
+    def _producer_config(self, txn_id: str) -> dict[str, Any]:
+        s = self.settings
+        return transactional_producer_config(
+            s.bootstrap_servers,
+            txn_id,
+            client_id=txn_id,
+            transaction_timeout_ms=30_000,
+            **{"linger.ms": 1, **s.extra_kafka},
+        )
+
+    def _connect(self) -> None:
+        txn_id = worker_transactional_id(self.settings.namespace, self.worker_id)
+        self._producer = TransactionalProducer(self._producer_config(txn_id), txn_id)
+        self._consumer = make_consumer(
+            self._consumer_config(),
+            [self.topics.activity_tasks],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+
+    @property
+    def consumer(self) -> Consumer:
+        assert self._consumer is not None, "run() connects the consumer"
+        return self._consumer
+
+    @property
+    def producer(self) -> TransactionalProducer:
+        assert self._producer is not None, "run() connects the producer"
+        return self._producer
+
+    # --- main loop --------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Work until ``stop`` is set, then shut down gracefully: stop taking tasks, wait up
+        to ``shutdown_timeout_s`` for running ones, commit, leave the group."""
+        self._stop = stop
+        self._connect()
+        log.info(
+            "worker %s consuming %s (group %s, concurrency %d)",
+            self.worker_id,
+            self.topics.activity_tasks,
+            self.settings.worker_group,
+            self.worker.concurrency,
+        )
+        try:
+            while not stop.is_set():
+                self.step()
+            self._drain()
+        finally:
+            self._close()
+
+    def step(self) -> None:
+        """One round: poll, start tasks, send finished results, pause/resume, maybe commit."""
+        records = self._poll()
+        self._send(self.worker.accept(records))
+        wait = _BUSY_POLL_S if self.worker.running and not records else 0.0
+        self._send(self.worker.collect(wait))
+        self._apply_flow()
+        if self.policy.due(idle=self.worker.idle and not records):
+            self._commit()
+
+    def _poll(self) -> list[TaskRecord]:
+        busy = self.worker.running > 0
+        timeout = 0.0 if busy else (_BUSY_POLL_S if self.producer.in_transaction else _IDLE_POLL_S)
+        limit = 1 if self._paused else min(max(self.worker.free, 1), _MAX_BATCH)
+        messages = poll_batch(self.consumer, limit, timeout)
+        return [r for r in (self._record(m) for m in messages) if r is not None]
+
+    def _record(self, message: Message) -> TaskRecord | None:
+        error = message.error()
+        if error is not None:
+            self._log_consumer_error(error)
+            return None
+        _, timestamp = message.timestamp()
+        return TaskRecord(
+            message.partition() or 0,
+            message.offset() or 0,
+            message.key(),
+            message.value(),
+            max(int(timestamp), 0),
+        )
+
+    def _log_consumer_error(self, error: KafkaError) -> None:
+        now = time.monotonic()
+        if now - self._last_error_log >= _ERROR_LOG_EVERY_S or error.fatal():
+            self._last_error_log = now
+            hint = ""
+            if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                hint = (
+                    f" (create the engine's topics first: turnstile topics apply --namespace "
+                    f"{self.settings.namespace})"
+                )
+            log.warning("consumer error on %s: %s%s", self.topics.activity_tasks, error, hint)
+
+    def _apply_flow(self) -> None:
+        action = self.worker.flow(self._paused)
+        if action is FlowAction.PAUSE:
+            self.consumer.pause(self.consumer.assignment())
+            self._paused = True
+            self.pauses += 1
+        elif action is FlowAction.RESUME:
+            resume_partitions(self.consumer, self.consumer.assignment())
+            self._paused = False
+        elif self._paused and self._repause:
+            self.consumer.pause(self.consumer.assignment())
+        self._repause = False
+
+    # --- producing and committing -----------------------------------------------------------
+
+    def _send(self, records: Iterable[Outbound]) -> None:
+        records = list(records)
+        if not records:
+            return
+        try:
+            self._produce_all(records)
+        except AbortedTransaction as exc:
+            self._recover(exc)
+
+    def _produce_all(self, records: list[Outbound]) -> None:
+        if not self.producer.in_transaction:
+            self.producer.begin()
+            self.policy.opened()
+        for record in records:
+            try:
+                self._produce(record)
+            except RecordRejectedError as exc:
+                if record.dead:
+                    raise
+                self._produce(self.worker.replace_rejected(record, str(exc)))
+
+    def _produce(self, record: Outbound) -> None:
+        topic = self.topics.dead_letters if record.dead else self.topics.activity_results
+        self.producer.produce(topic, record.key, record.value, headers=record.headers or None)
+
+    def _commit(self) -> None:
+        offsets = self.worker.offsets.to_commit()
+        if not offsets and not self.producer.in_transaction:
+            return
+        try:
+            if not self.producer.in_transaction:
+                self.producer.begin()
+            positions = [
+                TopicPartition(self.topics.activity_tasks, p, o) for p, o in offsets.items()
+            ]
+            self.producer.send_offsets(positions, self.consumer.consumer_group_metadata())
+            self.producer.commit()
+        except AbortedTransaction as exc:
+            self._recover(exc)
+            return
+        self.policy.closed()
+        self.worker.committed(offsets)
+        self.transactions += 1
+
+    def _recover(self, cause: BaseException) -> None:
+        """After an abort: produce the worker's uncommitted output again in a new transaction
+        (with backoff while the broker keeps refusing), so no finished task has to re-run.
+
+        Gives up with a BrokerError after ``_RECOVERY_S`` of failures (or when stopping):
+        the uncommitted tasks are then redelivered to whichever worker owns them next.
+        """
+        self.aborts += 1
+        self.policy.closed()
+        delay = 0.05
+        deadline = time.monotonic() + _RECOVERY_S
+        log.warning("transaction aborted (%s); producing its records again", cause)
+        while True:
+            time.sleep(delay)
+            try:
+                if self.producer.in_transaction:
+                    self.producer.abort()
+                pending = self.worker.uncommitted()
+                if pending:
+                    self._produce_all(pending)
+                return
+            except AbortedTransaction as exc:
+                self.aborts += 1
+                if time.monotonic() >= deadline or self._stop.is_set():
+                    raise BrokerError(
+                        f"transactions keep failing ({exc}); the worker stops so that its "
+                        f"tasks move to another worker. Check the brokers' health."
+                    ) from exc
+                delay = min(delay * 2, _RETRY_MAX_S)
+                log.warning("retrying after another abort in %.2fs: %s", delay, exc)
+
+    # --- rebalancing ------------------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("assigned %s", sorted(tp.partition for tp in partitions))
+        self.worker.assigned(tp.partition for tp in partitions)
+        self._repause = True
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Commit what is settled before the partitions go; drop their unfinished tasks."""
+        log.info("revoked %s", sorted(tp.partition for tp in partitions))
+        self._send(self.worker.collect())
+        self._commit()
+        self.worker.revoked(tp.partition for tp in partitions)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Lost partitions can no longer take offsets: abort and re-produce the rest."""
+        log.warning("lost %s", sorted(tp.partition for tp in partitions))
+        self.worker.revoked(tp.partition for tp in partitions)
+        if self.producer.in_transaction:
+            self.producer.abort()
+            self._recover(AbortedTransaction("partitions were lost"))
+
+    # --- shutdown ---------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        """Stop taking tasks, let running ones finish (bounded), commit."""
+        self.consumer.pause(self.consumer.assignment())
+        self._paused = True
+        dropped = self.worker.drop_backlog()
+        deadline = time.monotonic() + self.shutdown_timeout_s
+        while self.worker.running and time.monotonic() < deadline:
+            self.consumer.poll(0.0)
+            self._send(self.worker.collect(0.05))
+        self._send(self.worker.collect())
+        self._commit()
+        if self.worker.running or dropped:
+            log.warning(
+                "stopping with %d running and %d queued task(s) unfinished; they will be "
+                "redelivered to another worker",
+                self.worker.running,
+                dropped,
+            )
+
+    def _close(self) -> None:
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            except Exception as exc:  # closing must not hide the error that ended the loop
+                log.warning("closing the consumer failed: %s", exc)
+        if self._producer is not None:
+            try:
+                self._producer.close()
+            except Exception as exc:
+                log.warning("closing the producer failed: %s", exc)
+        self.worker.shutdown()

@@ -1,0 +1,241 @@
+"""Client commands: ``start``, ``raise``, ``terminate``, ``suspend``, ``resume``, ``purge``,
+``status`` and ``wait`` - the Python client from a shell.
+
+Exit codes of ``wait`` and ``start --wait``: 0 when the instance COMPLETED, 1 when it FAILED
+or was TERMINATED, 124 when the wait timed out (like ``timeout(1)``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from engine.cli import SubParsers
+from engine.cli.options import add_settings_arguments, settings_from_args
+from engine.client import Client, InstanceState
+from engine.core.errors import InstanceNotFoundError, WaitTimeoutError
+from engine.core.history import RuntimeStatus
+from engine.core.messages import IdReusePolicy
+
+__all__ = ["register"]
+
+EXIT_FAILED = 1
+EXIT_TIMEOUT = 124
+
+
+def register(subparsers: SubParsers) -> None:
+    """Add the client commands."""
+    _register_start(subparsers)
+    _register_raise(subparsers)
+    _register_simple(subparsers)
+    _register_status(subparsers)
+    _register_wait(subparsers)
+
+
+# --- argument types -------------------------------------------------------------------------
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"not valid JSON ({exc}); quote strings, e.g. --input '\"hello\"'"
+        ) from exc
+
+
+def _tag(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"tags are KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _when(text: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO 8601 time ({exc}), e.g. 2030-01-31T09:00:00+00:00"
+        ) from exc
+
+
+def _command(
+    subparsers: SubParsers, name: str, help: str, handler: Callable[[argparse.Namespace], int]
+) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(name, help=help, description=help)
+    add_settings_arguments(parser)
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def _add_wait_flags(parser: argparse.ArgumentParser, timeout: float) -> None:
+    parser.add_argument(
+        "--timeout", type=float, default=timeout, help=f"seconds to wait ({timeout:g})"
+    )
+    parser.add_argument("--json", action="store_true", help="print the status as JSON")
+
+
+# --- start ---------------------------------------------------------------------------------
+
+
+def _register_start(subparsers: SubParsers) -> None:
+    start = _command(subparsers, "start", "start a workflow instance, print its id", _start)
+    start.add_argument("workflow", metavar="NAME", help="registered workflow name")
+    start.add_argument("--input", type=_json_value, help="workflow input as JSON")
+    start.add_argument("--id", dest="instance_id", help="instance id (default: a new UUID)")
+    start.add_argument(
+        "--reuse-policy",
+        type=str.upper,
+        choices=[p.value for p in IdReusePolicy],
+        default=IdReusePolicy.ERROR_IF_RUNNING.value,
+        help="what to do if the id is taken (default ERROR_IF_RUNNING)",
+    )
+    start.add_argument("--version", default="", help="workflow version (default: the only one)")
+    start.add_argument("--start-at", type=_when, help="ISO 8601 time to start at (scheduled)")
+    start.add_argument(
+        "--tag", type=_tag, action="append", default=[], help="KEY=VALUE tag (repeatable)"
+    )
+    start.add_argument("--wait", action="store_true", help="wait for completion, print status")
+    _add_wait_flags(start, 60.0)
+
+
+def _start(args: argparse.Namespace) -> int:
+    with Client.from_settings(settings_from_args(args), read_status=args.wait) as client:
+        instance_id = client.start(
+            args.workflow,
+            args.input,
+            instance_id=args.instance_id,
+            reuse_policy=IdReusePolicy(args.reuse_policy),
+            start_at=args.start_at,
+            tags=dict(args.tag),
+            version=args.version,
+        )
+        if not args.wait:
+            print(instance_id)
+            return 0
+        if not args.json:
+            print(instance_id, flush=True)
+        return _await(client, instance_id, args)
+
+
+# --- raise, terminate, suspend, resume, purge ---------------------------------------------
+
+
+def _register_raise(subparsers: SubParsers) -> None:
+    parser = _command(subparsers, "raise", "raise an external event on an instance", _raise)
+    parser.add_argument("instance_id", metavar="INSTANCE", help="instance id")
+    parser.add_argument("event", metavar="EVENT", help="event name the workflow waits for")
+    parser.add_argument("--data", type=_json_value, help="event payload as JSON")
+
+
+def _raise(args: argparse.Namespace) -> int:
+    with Client.from_settings(settings_from_args(args), read_status=False) as client:
+        client.raise_event(args.instance_id, args.event, args.data)
+    return 0
+
+
+def _register_simple(subparsers: SubParsers) -> None:
+    terminate = _command(subparsers, "terminate", "terminate a running instance", _terminate)
+    terminate.add_argument("instance_id", metavar="INSTANCE", help="instance id")
+    terminate.add_argument("--reason", default="", help="recorded in the instance's history")
+    terminate.add_argument(
+        "--recursive", action="store_true", help="also terminate its child workflows"
+    )
+    for name, help in (
+        ("suspend", "suspend an instance (events keep arriving, applied on resume)"),
+        ("resume", "resume a suspended instance"),
+    ):
+        parser = _command(subparsers, name, help, _suspend_or_resume)
+        parser.add_argument("instance_id", metavar="INSTANCE", help="instance id")
+        parser.add_argument("--reason", default="", help="recorded in the instance's history")
+        parser.set_defaults(operation=name)
+    purge = _command(subparsers, "purge", "delete a completed instance's state", _purge)
+    purge.add_argument("instance_id", metavar="INSTANCE", help="instance id")
+
+
+def _terminate(args: argparse.Namespace) -> int:
+    with Client.from_settings(settings_from_args(args), read_status=False) as client:
+        client.terminate(args.instance_id, args.reason, args.recursive)
+    return 0
+
+
+def _suspend_or_resume(args: argparse.Namespace) -> int:
+    with Client.from_settings(settings_from_args(args), read_status=False) as client:
+        if args.operation == "suspend":
+            client.suspend(args.instance_id, args.reason)
+        else:
+            client.resume(args.instance_id, args.reason)
+    return 0
+
+
+def _purge(args: argparse.Namespace) -> int:
+    with Client.from_settings(settings_from_args(args), read_status=False) as client:
+        client.purge(args.instance_id)
+    return 0
+
+
+# --- status and wait -------------------------------------------------------------------------
+
+
+def _register_status(subparsers: SubParsers) -> None:
+    parser = _command(subparsers, "status", "show an instance's status", _status)
+    parser.add_argument("instance_id", metavar="INSTANCE", help="instance id")
+    parser.add_argument("--json", action="store_true", help="print the status as JSON")
+
+
+def _status(args: argparse.Namespace) -> int:
+    with Client.from_settings(settings_from_args(args)) as client:
+        state = client.get(args.instance_id)
+    if state is None:
+        raise InstanceNotFoundError(
+            f"no instance {args.instance_id!r} in namespace {client.settings.namespace!r}; "
+            f"check the id and --namespace (a purged instance is gone for good)"
+        )
+    _print_state(state, args.json)
+    return 0
+
+
+def _register_wait(subparsers: SubParsers) -> None:
+    parser = _command(subparsers, "wait", "wait until an instance ends, print its status", _wait)
+    parser.add_argument("instance_id", metavar="INSTANCE", help="instance id")
+    _add_wait_flags(parser, 60.0)
+
+
+def _wait(args: argparse.Namespace) -> int:
+    with Client.from_settings(settings_from_args(args)) as client:
+        return _await(client, args.instance_id, args)
+
+
+def _await(client: Client, instance_id: str, args: argparse.Namespace) -> int:
+    try:
+        state = client.wait_for_completion(instance_id, args.timeout)
+    except WaitTimeoutError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_TIMEOUT
+    _print_state(state, args.json)
+    return 0 if state.status is RuntimeStatus.COMPLETED else EXIT_FAILED
+
+
+def _print_state(state: InstanceState, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(state.to_dict(), indent=2, sort_keys=True))
+        return
+    lines = [
+        f"instance:     {state.instance_id}",
+        f"workflow:     {state.name}" + (f" (version {state.version})" if state.version else ""),
+        f"status:       {state.status.value}",
+        f"created:      {state.created.isoformat()}",
+        f"last updated: {state.last_updated.isoformat()}",
+    ]
+    data = state.to_dict()
+    for key in ("input", "output", "custom_status"):
+        if data[key] is not None:
+            lines.append(f"{key + ':':<14}{json.dumps(data[key])}")
+    if state.failure is not None:
+        lines.append(f"failure:      {state.failure}")
+    print("\n".join(lines))

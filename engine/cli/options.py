@@ -1,0 +1,43 @@
+"""Flags every command that talks to the engine shares: where the settings come from.
+
+Settings are layered defaults < TOML file < environment (``TURNSTILE_*``) < these flags, so
+a flag left out falls back to the environment or the config file.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from engine.services.config import Settings, load_settings
+
+__all__ = ["add_settings_arguments", "settings_from_args"]
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--config``, ``--bootstrap-servers`` and ``--namespace`` to ``parser``."""
+    group = parser.add_argument_group("connection")
+    group.add_argument(
+        "--config", metavar="FILE", help="TOML settings file (default: $TURNSTILE_CONFIG)"
+    )
+    group.add_argument(
+        "--bootstrap-servers",
+        metavar="HOST:PORT",
+        help="Kafka brokers (default: $TURNSTILE_BOOTSTRAP_SERVERS, $ENGINE_BOOTSTRAP_SERVERS "
+        "or 127.0.0.1:9092)",
+    )
+    group.add_argument(
+        "--namespace",
+        help="prefix of the engine's topics and groups (default: $TURNSTILE_NAMESPACE or "
+        "turnstile)",
+    )
+
+
+def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:
+    """The settings for this invocation (flags win over environment and config file)."""
+    return load_settings(
+        getattr(args, "config", None),
+        bootstrap_servers=getattr(args, "bootstrap_servers", None),
+        namespace=getattr(args, "namespace", None),
+        **overrides,
+    )

@@ -1,0 +1,127 @@
+"""``run worker``: an activity worker process.
+
+It imports the user's modules (so their ``@activity`` functions register), then consumes
+activity tasks until SIGTERM or Ctrl-C, after which it stops taking tasks, lets running ones
+finish (bounded by ``--shutdown-timeout``), commits and leaves its group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+from engine.adapters.kafka_worker import KafkaWorker
+from engine.cli import SubParsers
+from engine.cli.options import add_settings_arguments, settings_from_args
+from engine.cli.run_group import run_subparsers
+from engine.core.errors import ConfigurationError
+from engine.runtime.registry import default_registry
+
+__all__ = ["import_modules", "register", "stop_on_signals"]
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: SubParsers) -> None:
+    """Add ``run worker``."""
+    worker = run_subparsers(subparsers).add_parser(
+        "worker",
+        help="run an activity worker",
+        description="Consume activity tasks, run the registered activities, produce their "
+        "results. Scale by starting more workers with distinct --worker-id values.",
+    )
+    add_settings_arguments(worker)
+    worker.add_argument(
+        "-m",
+        "--module",
+        dest="modules",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import this module to register its activities (repeatable; also "
+        "$TURNSTILE_MODULES, comma-separated)",
+    )
+    worker.add_argument("--concurrency", type=int, help="activities running at once (default 16)")
+    worker.add_argument(
+        "--worker-id",
+        help="stable, unique id of this worker; it names its transactional.id (default "
+        "worker-0: give each worker its own)",
+    )
+    worker.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=30.0,
+        help="seconds to let running activities finish when stopping (30)",
+    )
+    worker.add_argument("--log-level", default="INFO", help="logging level (INFO)")
+    worker.set_defaults(handler=_run_worker)
+
+
+def import_modules(names: Iterable[str]) -> list[str]:
+    """Import the user's modules (from the current directory too, like ``python -m``)."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    imported = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"cannot import module {name!r}: {exc}; check --module and that the module "
+                f"is on PYTHONPATH (or run from the folder that contains it)"
+            ) from exc
+        imported.append(name)
+    return imported
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """Set ``stop`` on SIGTERM and SIGINT (a second signal exits at once)."""
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run_worker(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = settings_from_args(
+        args, worker_concurrency=args.concurrency, worker_id=args.worker_id
+    )
+    import_modules([*settings.modules, *args.modules])
+    names = sorted(a.name for a in default_registry.activities())
+    if not names:
+        raise ConfigurationError(
+            "no activities are registered; pass the module(s) that define them with "
+            "--module (for example --module myapp.activities)"
+        )
+    log.info("activities: %s", ", ".join(names))
+    worker = KafkaWorker(settings, default_registry, shutdown_timeout_s=args.shutdown_timeout)
+    stop = threading.Event()
+    with stop_on_signals(stop):
+        worker.run(stop)
+    if worker.worker.running:
+        # Threads running user code cannot be interrupted; do not hang the exit on them.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return 0

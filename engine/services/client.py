@@ -1,0 +1,496 @@
+"""The workflow client's logic: build commands, keep a live view of instance statuses, wait.
+
+Writes are commands produced to the commands topic (keyed by instance id, so that they land
+on the instance's partition). Reads never ask the processor anything: the processor keeps
+the latest metadata of every instance on the compacted status topic, and the client folds
+that topic into an in-memory view (:class:`StatusView`). A read waits once, on first use,
+until the view has caught up with the end of the topic as it was when the client started;
+after that ``get`` is a dictionary lookup and every wait is a future resolved by the
+record that satisfies it - a thousand concurrent waits cost a thousand futures, not a
+thousand polling loops.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from engine.codec import decode_message, encode_message
+from engine.core.errors import CodecError, WaitTimeoutError
+from engine.core.failure import FailureDetails
+from engine.core.history import RuntimeStatus
+from engine.core.messages import (
+    IdReusePolicy,
+    InstanceStatus,
+    Message,
+    PurgeWorkflow,
+    RaiseEvent,
+    ResumeWorkflow,
+    StartWorkflow,
+    SuspendWorkflow,
+    TerminateWorkflow,
+)
+from engine.core.payloads import Payload, from_payload, to_payload
+from engine.runtime.registry import Registry, default_registry
+
+__all__ = [
+    "CommandSink",
+    "InstanceState",
+    "StatusPredicate",
+    "StatusView",
+    "WorkflowClient",
+    "is_completed",
+    "is_started",
+]
+
+log = logging.getLogger(__name__)
+
+StatusPredicate = Callable[[InstanceStatus], bool]
+
+
+def is_started(status: InstanceStatus) -> bool:
+    """The instance left PENDING (it runs, or already ended)."""
+    return status.status is not RuntimeStatus.PENDING
+
+
+def is_completed(status: InstanceStatus) -> bool:
+    """The instance ended: COMPLETED, FAILED or TERMINATED (not CONTINUED_AS_NEW)."""
+    return status.status.is_terminal
+
+
+# --- ports ---------------------------------------------------------------------------------
+
+
+class CommandSink(Protocol):
+    """Where commands go (a Kafka producer on the commands topic)."""
+
+    def send(self, key: bytes, value: bytes) -> None:
+        """Queue one record; may return before it is written."""
+        ...
+
+    def flush(self, timeout_s: float) -> None:
+        """Wait until every queued record is written; raise BrokerError if one failed."""
+        ...
+
+
+# --- the status view -----------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Waiter:
+    predicate: StatusPredicate
+    future: Future[InstanceStatus]
+
+
+class StatusView:
+    """Latest status per instance, fed from the status topic by a background reader.
+
+    Thread-safe: the reader thread calls :meth:`apply_record`, :meth:`mark_ready` and
+    :meth:`mark_failed`; any thread reads and waits.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._states: dict[str, InstanceStatus] = {}
+        self._waiters: dict[str, list[_Waiter]] = {}
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self.records = 0
+        self.skipped = 0
+
+    # --- feeding ----------------------------------------------------------------------------
+
+    def apply_record(self, key: bytes | None, value: bytes | None) -> None:
+        """Fold one status-topic record in (a tombstone removes the instance)."""
+        self.records += 1
+        if value is None:
+            if key is not None:
+                self.apply(key.decode("utf-8", "replace"), None)
+            return
+        try:
+            message = decode_message(value)
+        except CodecError as exc:
+            self.skipped += 1
+            log.warning("skipping an undecodable status record: %s", exc)
+            return
+        if not isinstance(message, InstanceStatus):
+            self.skipped += 1
+            return
+        self.apply(message.instance_id, message)
+
+    def apply(self, instance_id: str, status: InstanceStatus | None) -> None:
+        """Set (or, with None, remove) an instance's status and resolve satisfied waits."""
+        resolved: list[_Waiter] = []
+        with self._lock:
+            if status is None:
+                self._states.pop(instance_id, None)
+                return
+            self._states[instance_id] = status
+            waiters = self._waiters.get(instance_id)
+            if waiters:
+                resolved = [w for w in waiters if w.predicate(status)]
+                if resolved:
+                    remaining = [w for w in waiters if w not in resolved]
+                    if remaining:
+                        self._waiters[instance_id] = remaining
+                    else:
+                        del self._waiters[instance_id]
+        for waiter in resolved:
+            _resolve(waiter.future, status)
+
+    def mark_ready(self) -> None:
+        """The view has caught up with the topic's end as of the client's start."""
+        self._ready.set()
+
+    def mark_failed(self, error: BaseException) -> None:
+        """The reader stopped for good; every read and wait now raises ``error``."""
+        with self._lock:
+            self._error = error
+            waiters = [w for ws in self._waiters.values() for w in ws]
+            self._waiters.clear()
+        self._ready.set()
+        for waiter in waiters:
+            if not waiter.future.done():
+                waiter.future.set_exception(error)
+
+    # --- reading ----------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Block until caught up; raises what stopped the reader, or on timeout."""
+        if not self._ready.wait(timeout_s):
+            raise WaitTimeoutError(
+                f"the status view did not catch up with the status topic within "
+                f"{timeout_s:.0f}s; check that Kafka is reachable, or pass a longer timeout"
+            )
+        if self._error is not None:
+            raise self._error
+
+    def get(self, instance_id: str) -> InstanceStatus | None:
+        with self._lock:
+            return self._states.get(instance_id)
+
+    def snapshot(self) -> list[InstanceStatus]:
+        with self._lock:
+            return list(self._states.values())
+
+    def watch(self, instance_id: str, predicate: StatusPredicate) -> Future[InstanceStatus]:
+        """A future resolved with the first status of the instance that satisfies
+        ``predicate`` (at once if the current one does)."""
+        future: Future[InstanceStatus] = Future()
+        with self._lock:
+            if self._error is not None:
+                future.set_exception(self._error)
+                return future
+            current = self._states.get(instance_id)
+            if current is None or not predicate(current):
+                self._waiters.setdefault(instance_id, []).append(_Waiter(predicate, future))
+                return future
+        _resolve(future, current)
+        return future
+
+    def unwatch(self, instance_id: str, future: Future[InstanceStatus]) -> None:
+        """Forget a wait that is no longer wanted (after a timeout)."""
+        with self._lock:
+            waiters = self._waiters.get(instance_id)
+            if not waiters:
+                return
+            remaining = [w for w in waiters if w.future is not future]
+            if remaining:
+                self._waiters[instance_id] = remaining
+            else:
+                del self._waiters[instance_id]
+
+    @property
+    def waiting(self) -> int:
+        with self._lock:
+            return sum(len(ws) for ws in self._waiters.values())
+
+
+def _resolve(future: Future[InstanceStatus], status: InstanceStatus) -> None:
+    if not future.done():
+        future.set_result(status)
+
+
+# --- a friendlier status -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InstanceState:
+    """An instance's status with its payloads decoded (``output`` is the Python value)."""
+
+    raw: InstanceStatus
+
+    @property
+    def instance_id(self) -> str:
+        return self.raw.instance_id
+
+    @property
+    def name(self) -> str:
+        return self.raw.name
+
+    @property
+    def version(self) -> str:
+        return self.raw.version
+
+    @property
+    def status(self) -> RuntimeStatus:
+        return self.raw.status
+
+    @property
+    def generation(self) -> int:
+        return self.raw.generation
+
+    @property
+    def is_completed(self) -> bool:
+        """Whether the instance ended (COMPLETED, FAILED or TERMINATED)."""
+        return self.raw.status.is_terminal
+
+    @property
+    def input(self) -> Any:
+        return from_payload(self.raw.input)
+
+    @property
+    def output(self) -> Any:
+        return from_payload(self.raw.output)
+
+    @property
+    def custom_status(self) -> Any:
+        return from_payload(self.raw.custom_status)
+
+    @property
+    def failure(self) -> FailureDetails | None:
+        return self.raw.failure
+
+    @property
+    def created(self) -> datetime:
+        return datetime.fromtimestamp(self.raw.created_ms / 1000, UTC)
+
+    @property
+    def last_updated(self) -> datetime:
+        return datetime.fromtimestamp(self.raw.last_updated_ms / 1000, UTC)
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return dict(self.raw.tags)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form (payloads decoded, times in ISO 8601)."""
+        return {
+            "instance_id": self.instance_id,
+            "name": self.name,
+            "version": self.version,
+            "status": self.status.value,
+            "generation": self.generation,
+            "created": self.created.isoformat(),
+            "last_updated": self.last_updated.isoformat(),
+            "input": _decoded(self.raw.input),
+            "output": _decoded(self.raw.output),
+            "custom_status": _decoded(self.raw.custom_status),
+            "failure": _failure_dict(self.raw.failure),
+            "parent_instance_id": self.raw.parent_instance_id,
+            "tags": self.tags,
+        }
+
+
+def _decoded(payload: Payload | None) -> Any:
+    value = from_payload(payload)
+    if isinstance(value, bytes):
+        return {"encoding": payload.encoding if payload else "", "size": len(value)}
+    return value
+
+
+def _failure_dict(failure: FailureDetails | None) -> dict[str, Any] | None:
+    if failure is None:
+        return None
+    return {
+        "type": failure.type,
+        "message": failure.message,
+        "retryable": failure.retryable,
+        "stack": failure.stack,
+        "cause": _failure_dict(failure.cause),
+    }
+
+
+# --- the client ----------------------------------------------------------------------------
+
+
+def _epoch_ms(when: datetime) -> int:
+    return int(when.timestamp() * 1000)
+
+
+class WorkflowClient:
+    """Starts and controls instances through commands; reads them from the status view."""
+
+    def __init__(
+        self,
+        sink: CommandSink,
+        view: StatusView,
+        *,
+        registry: Registry | None = None,
+        ready_timeout_s: float = 30.0,
+        flush_timeout_s: float = 30.0,
+    ) -> None:
+        self.sink = sink
+        self.view = view
+        self.registry = registry or default_registry
+        self.ready_timeout_s = ready_timeout_s
+        self.flush_timeout_s = flush_timeout_s
+
+    # --- commands ---------------------------------------------------------------------------
+
+    def send(self, command: Message, *, flush: bool = True) -> None:
+        """Produce one command (to its instance's partition); by default wait until written."""
+        self.sink.send(command.instance_id.encode("utf-8"), encode_message(command))
+        if flush:
+            self.flush()
+
+    def flush(self) -> None:
+        """Wait until every command sent with ``flush=False`` is written."""
+        self.sink.flush(self.flush_timeout_s)
+
+    def start_command(
+        self,
+        workflow: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        instance_id: str | None = None,
+        reuse_policy: IdReusePolicy = IdReusePolicy.ERROR_IF_RUNNING,
+        request_id: str | None = None,
+        start_at: datetime | None = None,
+        tags: dict[str, str] | None = None,
+        version: str = "",
+    ) -> StartWorkflow:
+        """The StartWorkflow command :meth:`start` would send."""
+        return StartWorkflow(
+            instance_id=instance_id or uuid.uuid4().hex,
+            name=self.registry.workflow_name(workflow),
+            input=None if input is None else to_payload(input),
+            version=version,
+            reuse_policy=IdReusePolicy(reuse_policy),
+            request_id=request_id or uuid.uuid4().hex,
+            scheduled_start_ms=None if start_at is None else _epoch_ms(start_at),
+            tags=dict(tags or {}),
+        )
+
+    def start(
+        self,
+        workflow: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        flush: bool = True,
+        **options: Any,
+    ) -> str:
+        """Start an instance; returns its id. ``options`` are those of :meth:`start_command`."""
+        command = self.start_command(workflow, input, **options)
+        self.send(command, flush=flush)
+        return command.instance_id
+
+    def start_many(
+        self, workflow: str | Callable[..., Any], inputs: Iterable[Any], **options: Any
+    ) -> list[str]:
+        """Start one instance per input with a single flush at the end (fast bulk starts)."""
+        if "instance_id" in options:
+            raise ValueError("start_many generates instance ids; do not pass instance_id")
+        ids = [self.start(workflow, value, flush=False, **options) for value in inputs]
+        self.flush()
+        return ids
+
+    def raise_event(
+        self,
+        instance_id: str,
+        name: str,
+        data: Any = None,
+        *,
+        request_id: str | None = None,
+        flush: bool = True,
+    ) -> None:
+        """Deliver an external event (kept for the instance even if it does not exist yet)."""
+        payload = None if data is None else to_payload(data)
+        command = RaiseEvent(instance_id, name, payload, request_id or uuid.uuid4().hex)
+        self.send(command, flush=flush)
+
+    def terminate(self, instance_id: str, reason: str = "", recursive: bool = False) -> None:
+        self.send(TerminateWorkflow(instance_id, reason, recursive))
+
+    def suspend(self, instance_id: str, reason: str = "") -> None:
+        self.send(SuspendWorkflow(instance_id, reason))
+
+    def resume(self, instance_id: str, reason: str = "") -> None:
+        self.send(ResumeWorkflow(instance_id, reason))
+
+    def purge(self, instance_id: str) -> None:
+        """Remove a completed instance's state and status (ignored while it runs)."""
+        self.send(PurgeWorkflow(instance_id))
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def get(self, instance_id: str) -> InstanceStatus | None:
+        """The latest known status, or None when the instance is unknown (or purged)."""
+        self.view.wait_ready(self.ready_timeout_s)
+        return self.view.get(instance_id)
+
+    def list_instances(
+        self,
+        *,
+        status: RuntimeStatus | Iterable[RuntimeStatus] | None = None,
+        name: str | None = None,
+        created_after: datetime | None = None,
+    ) -> list[InstanceStatus]:
+        """Known instances filtered by status, workflow name and creation time (newest first)."""
+        self.view.wait_ready(self.ready_timeout_s)
+        wanted = {status} if isinstance(status, RuntimeStatus) else set(status or ())
+        after = None if created_after is None else _epoch_ms(created_after)
+        found = [
+            s
+            for s in self.view.snapshot()
+            if (not wanted or s.status in wanted)
+            and (name is None or s.name == name)
+            and (after is None or s.created_ms > after)
+        ]
+        return sorted(found, key=lambda s: s.created_ms, reverse=True)
+
+    def future(self, instance_id: str, predicate: StatusPredicate) -> Future[InstanceStatus]:
+        """A future for the first status satisfying ``predicate`` (no thread per wait)."""
+        return self.view.watch(instance_id, predicate)
+
+    def completion_future(self, instance_id: str) -> Future[InstanceStatus]:
+        """A future resolved when the instance ends; ``asyncio.wrap_future`` makes it awaitable."""
+        return self.future(instance_id, is_completed)
+
+    def wait_for_start(self, instance_id: str, timeout: float | None = None) -> InstanceStatus:
+        return self._wait(instance_id, is_started, timeout, "start")
+
+    def wait_for_completion(self, instance_id: str, timeout: float | None = None) -> InstanceStatus:
+        """Block until the instance ends; raises WaitTimeoutError after ``timeout`` seconds."""
+        return self._wait(instance_id, is_completed, timeout, "complete")
+
+    def _wait(
+        self, instance_id: str, predicate: StatusPredicate, timeout: float | None, what: str
+    ) -> InstanceStatus:
+        future = self.view.watch(instance_id, predicate)
+        try:
+            return future.result(timeout)
+        except FutureTimeout:
+            self.view.unwatch(instance_id, future)
+            raise WaitTimeoutError(self._timeout_message(instance_id, what, timeout)) from None
+
+    def _timeout_message(self, instance_id: str, what: str, timeout: float | None) -> str:
+        current = self.view.get(instance_id)
+        seen = f"its status is {current.status.value}" if current else "no status was seen yet"
+        hint = (
+            "check that a processor runs for this namespace"
+            if current is None
+            else "wait longer (a larger timeout) or look at it with 'turnstile status'"
+        )
+        return f"instance {instance_id!r} did not {what} within {timeout}s ({seen}); {hint}"

@@ -1,0 +1,602 @@
+"""The activity worker's logic, free of Kafka: what to run, what to produce, what to commit.
+
+The Kafka loop (``engine.adapters.kafka_worker``) feeds task records in and asks this module
+what to do next. The split keeps the delicate parts - which offsets are safe to commit, when
+to pause, how a failure is reported - testable without a broker.
+
+Delivery guarantees. An activity body runs *at least once*: results of finished tasks are
+produced as soon as they are ready, but a partition's offset is only committed up to its
+lowest task that is still running (the contiguous completed prefix). A worker that crashes
+after running a task but before committing past it hands the task to the next owner, which
+runs it again. Its *result* is produced exactly once per run, in one transaction with the
+offsets, and the processor ignores a second result for a task it has already completed.
+Activities that touch the outside world should use ``current_activity().idempotency_key``.
+
+Results that were produced in a transaction that was then aborted are kept (the *outbox*)
+and produced again in the next transaction, so an abort never forces a task to run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from engine.codec import decode_message, encode_message
+from engine.core.activity_info import ActivityContext, activity_scope
+from engine.core.errors import CodecError, NotRegisteredError, TurnstileError
+from engine.core.failure import FailureDetails, failure_from_exception
+from engine.core.messages import ActivityResult, ActivityTask, DeadLetter
+from engine.core.payloads import Payload, from_payload, to_payload
+from engine.runtime.registry import Registry
+
+__all__ = [
+    "ActivityRunner",
+    "CommitPolicy",
+    "Completion",
+    "FlowAction",
+    "OffsetTracker",
+    "Outbound",
+    "TaskRecord",
+    "Worker",
+    "dead_letter",
+]
+
+log = logging.getLogger(__name__)
+
+Headers = tuple[tuple[str, bytes], ...]
+
+
+# --- records in and out --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """One record consumed from the activity-tasks topic."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Outbound:
+    """A record to produce: a result (``dead=False``) or a dead letter (``dead=True``).
+
+    ``partition`` is the *source* partition it answers, used to drop records of partitions
+    this worker no longer owns; the output partition is chosen by key (murmur2).
+    """
+
+    key: bytes
+    value: bytes
+    partition: int
+    dead: bool = False
+    headers: Headers = ()
+
+
+def dead_letter(record: TaskRecord, topic: str, reason: str) -> Outbound:
+    """The dead-letter record for an unusable input record, with the reason in headers."""
+    try:
+        instance = record.key.decode("utf-8") if record.key else ""
+    except UnicodeDecodeError:
+        instance = ""
+    letter = DeadLetter(
+        instance_id=instance,
+        reason=reason,
+        source_topic=topic,
+        source_partition=record.partition,
+        source_offset=record.offset,
+        key=record.key,
+        value=record.value,
+        timestamp_ms=record.timestamp_ms,
+    )
+    headers = (
+        ("reason", reason.encode()),
+        ("source-topic", topic.encode()),
+        ("source-partition", str(record.partition).encode()),
+        ("source-offset", str(record.offset).encode()),
+    )
+    return Outbound(record.key or b"", encode_message(letter), record.partition, True, headers)
+
+
+# --- activities ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A finished activity run, as handed back by the runner."""
+
+    task: ActivityTask
+    partition: int
+    offset: int
+    epoch: int
+    output: Payload | None = None
+    failure: FailureDetails | None = None
+
+    def result(self) -> ActivityResult:
+        t = self.task
+        return ActivityResult(
+            t.instance_id, t.generation, t.task_id, t.attempt, self.output, self.failure
+        )
+
+
+def _arity(fn: Callable[..., Any]) -> int:
+    """How many arguments to pass: 0, 1 (the input) or 2 (the input and the context)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 1
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return max(len(positional), 1)
+    return min(len(positional), 2)
+
+
+def _arguments(
+    fn: Callable[..., Any], task: ActivityTask, info: ActivityContext
+) -> tuple[Any, ...]:
+    arity = _arity(fn)
+    if arity == 0:
+        return ()
+    value = from_payload(task.input)
+    return (value,) if arity == 1 else (value, info)
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
+    )
+
+
+class ActivityRunner:
+    """Runs activities: sync ones in a bounded thread pool, async ones on one event loop.
+
+    The event loop lives in a background thread so that thousands of waiting async
+    activities cost no threads. Every run ends with one call of ``on_done(output, failure)``
+    (from a pool thread or the loop thread), unless it was cancelled at shutdown.
+    """
+
+    def __init__(self, threads: int, worker_id: str = "") -> None:
+        self.worker_id = worker_id
+        self._pool = ThreadPoolExecutor(max_workers=max(threads, 1), thread_name_prefix="activity")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(
+        self,
+        fn: Callable[..., Any],
+        task: ActivityTask,
+        on_done: Callable[[Payload | None, FailureDetails | None], None],
+    ) -> None:
+        info = ActivityContext(task, self.worker_id)
+        args = _arguments(fn, task, info)
+        if _is_async(fn):
+            future: Future[Any] = asyncio.run_coroutine_threadsafe(
+                _call_async(fn, args, info), self._event_loop()
+            )
+        else:
+            future = self._pool.submit(_call_sync, fn, args, info)
+        future.add_done_callback(lambda f: _finish(f, on_done))
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name="activity-loop", daemon=True
+                )
+                thread.start()
+                self._loop, self._loop_thread = loop, thread
+            return self._loop
+
+    def shutdown(self) -> None:
+        """Stop accepting work; cancel what still runs (its tasks will be redelivered)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        loop, thread = self._loop, self._loop_thread
+        if loop is not None and thread is not None:
+            loop.call_soon_threadsafe(_cancel_all, loop)
+            thread.join(timeout=5)
+            if not loop.is_running():
+                loop.close()
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    for task in asyncio.all_tasks(loop):
+        task.cancel()
+    loop.call_soon(loop.stop)
+
+
+def _call_sync(fn: Callable[..., Any], args: tuple[Any, ...], info: ActivityContext) -> Any:
+    with activity_scope(info):
+        result = fn(*args)
+        if inspect.isawaitable(result):
+            raise TypeError(
+                f"activity {info.name!r} returned an awaitable from a plain function; "
+                f"declare it with 'async def' so the worker runs it on its event loop"
+            )
+        return result
+
+
+async def _call_async(fn: Callable[..., Any], args: tuple[Any, ...], info: ActivityContext) -> Any:
+    with activity_scope(info):
+        if info.task.timeout_ms > 0:
+            try:
+                return await asyncio.wait_for(fn(*args), info.task.timeout_ms / 1000)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"activity {info.name!r} did not finish within {info.task.timeout_ms} ms"
+                ) from None
+        return await fn(*args)
+
+
+def _finish(
+    future: Future[Any], on_done: Callable[[Payload | None, FailureDetails | None], None]
+) -> None:
+    """Turn a finished future into output or failure details (never raises)."""
+    if future.cancelled():
+        return
+    exc = future.exception()
+    if exc is not None:
+        if isinstance(exc, asyncio.CancelledError):
+            return
+        on_done(None, failure_from_exception(exc))
+        return
+    try:
+        output = to_payload(future.result())
+    except CodecError as codec_error:
+        on_done(None, failure_from_exception(codec_error, retryable=False))
+        return
+    on_done(output, None)
+
+
+# --- offsets -------------------------------------------------------------------------------
+
+
+@dataclass
+class _PartitionOffsets:
+    epoch: int
+    running: set[int] = field(default_factory=set)
+    next_offset: int | None = None
+    committed: int | None = None
+
+    def committable(self) -> int | None:
+        """Lowest offset still running, else one past the last consumed record."""
+        return min(self.running) if self.running else self.next_offset
+
+
+class OffsetTracker:
+    """Per partition: which consumed offsets are still open, and how far it is safe to commit.
+
+    ``epoch`` changes whenever a partition is (re)assigned or dropped, so that a task that
+    finishes after its partition moved away is recognised and its result dropped.
+    """
+
+    def __init__(self) -> None:
+        self._parts: dict[int, _PartitionOffsets] = {}
+        self._epochs = 0
+
+    def assign(self, partitions: Iterable[int]) -> None:
+        for p in partitions:
+            self._epochs += 1
+            self._parts[p] = _PartitionOffsets(self._epochs)
+
+    def drop(self, partitions: Iterable[int]) -> None:
+        for p in partitions:
+            self._parts.pop(p, None)
+
+    def partitions(self) -> list[int]:
+        return sorted(self._parts)
+
+    def consumed(self, partition: int, offset: int) -> int | None:
+        """Record a consumed offset as open; returns the partition's epoch, or None when the
+        partition is not assigned (a record that raced its partition's revocation)."""
+        part = self._parts.get(partition)
+        if part is None:
+            return None
+        part.running.add(offset)
+        if part.next_offset is None or offset + 1 > part.next_offset:
+            part.next_offset = offset + 1
+        return part.epoch
+
+    def done(self, partition: int, offset: int, epoch: int) -> bool:
+        """Close an offset; False when it belongs to an older epoch (drop its output)."""
+        part = self._parts.get(partition)
+        if part is None or part.epoch != epoch:
+            return False
+        part.running.discard(offset)
+        return True
+
+    def is_current(self, partition: int, epoch: int) -> bool:
+        part = self._parts.get(partition)
+        return part is not None and part.epoch == epoch
+
+    def to_commit(self) -> dict[int, int]:
+        """Offsets (next to read) that moved past what was last committed."""
+        out: dict[int, int] = {}
+        for p, part in self._parts.items():
+            target = part.committable()
+            if target is not None and (part.committed is None or target > part.committed):
+                out[p] = target
+        return out
+
+    def committed(self, offsets: Mapping[int, int]) -> None:
+        for p, offset in offsets.items():
+            part = self._parts.get(p)
+            if part is not None:
+                part.committed = offset
+
+
+# --- flow control and commit timing --------------------------------------------------------
+
+
+class FlowAction(StrEnum):
+    NONE = "none"
+    PAUSE = "pause"
+    RESUME = "resume"
+
+
+def flow_action(load: int, high: int, low: int, paused: bool) -> FlowAction:
+    """Pause the partitions once ``high`` tasks are taken; resume when at most ``low`` are.
+
+    Polling goes on while paused, so a long activity never exceeds max.poll.interval.ms and
+    never causes a rebalance. The gap between the two marks is a prefetch backlog: pausing
+    and resuming costs a fetch round trip each time, which short activities would otherwise
+    pay on nearly every task.
+    """
+    if not paused and load >= high:
+        return FlowAction.PAUSE
+    if paused and load <= low:
+        return FlowAction.RESUME
+    return FlowAction.NONE
+
+
+@dataclass
+class CommitPolicy:
+    """Batch results into transactions: commit after ``interval_s`` or as soon as idle."""
+
+    interval_s: float = 0.05
+    clock: Callable[[], float] = time.monotonic
+    _opened: float | None = None
+
+    def opened(self) -> None:
+        if self._opened is None:
+            self._opened = self.clock()
+
+    def closed(self) -> None:
+        self._opened = None
+
+    def due(self, *, idle: bool) -> bool:
+        if self._opened is None:
+            return False
+        return idle or self.clock() - self._opened >= self.interval_s
+
+
+# --- the worker ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    task: ActivityTask
+    partition: int
+    offset: int
+    epoch: int
+
+
+class Worker:
+    """The worker's state machine: accepts task records, runs them, hands out what to produce
+    and which offsets to commit. Called from one thread (the Kafka loop) only, except for
+    the completion queue that runner threads fill.
+    """
+
+    def __init__(
+        self,
+        registry: Registry,
+        *,
+        source_topic: str,
+        concurrency: int = 16,
+        prefetch: int | None = None,
+        worker_id: str = "",
+        runner: ActivityRunner | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise TurnstileError(f"worker concurrency must be at least 1, got {concurrency}")
+        self.registry = registry
+        self.source_topic = source_topic
+        self.concurrency = concurrency
+        #: Tasks taken beyond ``concurrency`` wait here; default: 4 x concurrency.
+        self.prefetch = 4 * concurrency if prefetch is None else max(prefetch, 0)
+        self.worker_id = worker_id
+        self.runner = runner or ActivityRunner(concurrency, worker_id)
+        self.offsets = OffsetTracker()
+        self._backlog: deque[_Pending] = deque()
+        self._done: queue.SimpleQueue[Completion] = queue.SimpleQueue()
+        self._running = 0
+        self._outbox: list[Outbound] = []
+        self.stats: dict[str, int] = {"tasks": 0, "results": 0, "failures": 0, "dead": 0}
+
+    # --- load -------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> int:
+        """Activities executing now (including ones whose partition moved away)."""
+        return self._running
+
+    @property
+    def load(self) -> int:
+        """Running plus waiting tasks: what the pause decision looks at."""
+        return self._running + len(self._backlog)
+
+    @property
+    def free(self) -> int:
+        """How many more tasks to take before pausing."""
+        return max(self.concurrency + self.prefetch - self.load, 0)
+
+    @property
+    def idle(self) -> bool:
+        return self.load == 0
+
+    def flow(self, paused: bool) -> FlowAction:
+        high = self.concurrency + self.prefetch
+        low = self.concurrency if self.prefetch else self.concurrency - 1
+        return flow_action(self.load, high, low, paused)
+
+    # --- input ------------------------------------------------------------------------------
+
+    def accept(self, records: Iterable[TaskRecord]) -> list[Outbound]:
+        """Take consumed records: start (or queue) tasks; returns dead letters to produce."""
+        letters: list[Outbound] = []
+        for record in records:
+            epoch = self.offsets.consumed(record.partition, record.offset)
+            if epoch is None:
+                log.debug("ignoring a record of unassigned partition %d", record.partition)
+                continue
+            task, reason = self._decode(record)
+            if task is None:
+                self.offsets.done(record.partition, record.offset, epoch)
+                letters.append(dead_letter(record, self.source_topic, reason))
+                self.stats["dead"] += 1
+                continue
+            self.stats["tasks"] += 1
+            self._backlog.append(_Pending(task, record.partition, record.offset, epoch))
+        self._start_backlog()
+        self._outbox.extend(letters)
+        return letters
+
+    def _decode(self, record: TaskRecord) -> tuple[ActivityTask | None, str]:
+        if record.value is None:
+            return None, "empty record (tombstone) on the activity-tasks topic"
+        try:
+            message = decode_message(record.value)
+        except CodecError as exc:
+            return None, f"undecodable activity task: {exc}"
+        if not isinstance(message, ActivityTask):
+            return None, f"{type(message).__name__} record on the activity-tasks topic"
+        return message, ""
+
+    def _start_backlog(self) -> None:
+        while self._backlog and self._running < self.concurrency:
+            pending = self._backlog.popleft()
+            self._running += 1
+            self._start(pending)
+
+    def _start(self, p: _Pending) -> None:
+        def done(output: Payload | None, failure: FailureDetails | None) -> None:
+            self._done.put(Completion(p.task, p.partition, p.offset, p.epoch, output, failure))
+
+        try:
+            fn = self.registry.get_activity(p.task.name).fn
+        except NotRegisteredError:
+            done(None, self._unknown(p.task.name))
+            return
+        try:
+            self.runner.submit(fn, p.task, done)
+        except CodecError as exc:  # an input payload no converter can read: final
+            done(None, failure_from_exception(exc, retryable=False))
+        except Exception as exc:  # the runner is shutting down: let a retry run it
+            done(None, failure_from_exception(exc))
+
+    def _unknown(self, name: str) -> FailureDetails:
+        names = ", ".join(sorted(a.name for a in self.registry.activities())) or "none"
+        return FailureDetails(
+            "ActivityNotRegistered",
+            f"activity {name!r} is not registered in worker {self.worker_id or '?'} "
+            f"(registered: {names}); start the worker with --module for the module that "
+            f"defines it",
+            retryable=False,
+        )
+
+    # --- output -----------------------------------------------------------------------------
+
+    def collect(self, wait_s: float = 0.0) -> list[Outbound]:
+        """Results of activities that finished since the last call (waiting up to ``wait_s``
+        for the first one); they are also kept in the outbox until committed."""
+        out: list[Outbound] = []
+        try:
+            completion = self._done.get(timeout=wait_s) if wait_s > 0 else self._done.get_nowait()
+        except queue.Empty:
+            return out
+        while True:
+            self._running -= 1
+            result = self._result(completion)
+            if result is not None:
+                out.append(result)
+            try:
+                completion = self._done.get_nowait()
+            except queue.Empty:
+                break
+        self._start_backlog()
+        self._outbox.extend(out)
+        return out
+
+    def _result(self, c: Completion) -> Outbound | None:
+        if not self.offsets.done(c.partition, c.offset, c.epoch):
+            log.info("dropping the result of %s: its partition moved", c.task.idempotency_key)
+            return None
+        self.stats["results"] += 1
+        if c.failure is not None:
+            self.stats["failures"] += 1
+        key = c.task.instance_id.encode("utf-8")
+        return Outbound(key, encode_message(c.result()), c.partition)
+
+    def replace_rejected(self, record: Outbound, reason: str) -> Outbound:
+        """A failure result in place of a result the broker refused (too large, say)."""
+        result = decode_message(record.value)
+        assert isinstance(result, ActivityResult)
+        failure = FailureDetails(
+            "ResultRejected",
+            f"the result of activity task {result.task_id} could not be written: {reason}. "
+            f"Return a smaller value (store large data elsewhere and return a reference).",
+            retryable=False,
+        )
+        replaced = ActivityResult(
+            result.instance_id, result.generation, result.task_id, result.attempt, None, failure
+        )
+        new = Outbound(record.key, encode_message(replaced), record.partition)
+        self._outbox = [new if r is record else r for r in self._outbox]
+        return new
+
+    # --- transactions -----------------------------------------------------------------------
+
+    def uncommitted(self) -> list[Outbound]:
+        """What was produced since the last commit: produce it again after an abort."""
+        return list(self._outbox)
+
+    def committed(self, offsets: Mapping[int, int]) -> None:
+        """The transaction with the outbox and these offsets committed."""
+        self.offsets.committed(offsets)
+        self._outbox.clear()
+
+    # --- rebalancing ------------------------------------------------------------------------
+
+    def assigned(self, partitions: Iterable[int]) -> None:
+        self.offsets.assign(partitions)
+
+    def revoked(self, partitions: Iterable[int]) -> None:
+        """Forget partitions that moved away: queued tasks and unsent results are dropped
+        (the new owner gets them again); running ones finish but their results are dropped."""
+        gone = set(partitions)
+        self.offsets.drop(gone)
+        self._backlog = deque(p for p in self._backlog if p.partition not in gone)
+        self._outbox = [r for r in self._outbox if r.partition not in gone]
+
+    def drop_backlog(self) -> int:
+        """Forget tasks that have not started (at shutdown); their offsets stay uncommitted,
+        so the next owner of the partition runs them."""
+        dropped = len(self._backlog)
+        self._backlog.clear()
+        return dropped
+
+    def shutdown(self) -> None:
+        self.runner.shutdown()

@@ -1,0 +1,357 @@
+"""The activity worker's logic without Kafka: offsets, flow control, results and failures."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from engine.codec import decode_message, encode_message
+from engine.core.activity_info import ActivityContext, activity_scope, current_activity
+from engine.core.errors import ApplicationError, TurnstileError
+from engine.core.messages import (
+    ActivityResult,
+    ActivityTask,
+    DeadLetter,
+    Message,
+    StartWorkflow,
+)
+from engine.core.payloads import from_payload, to_payload
+from engine.runtime.registry import Registry
+from engine.services.worker import (
+    CommitPolicy,
+    FlowAction,
+    OffsetTracker,
+    Outbound,
+    TaskRecord,
+    Worker,
+    flow_action,
+)
+
+TOPIC = "test.activity-tasks"
+
+# --- offsets ---------------------------------------------------------------------------------
+
+
+def test_commit_stops_at_the_lowest_running_offset() -> None:
+    tracker = OffsetTracker()
+    tracker.assign([0])
+    epochs = [tracker.consumed(0, offset) for offset in range(5)]
+    assert tracker.to_commit() == {0: 0}
+    tracker.done(0, 1, epochs[1])
+    tracker.done(0, 2, epochs[2])
+    assert tracker.to_commit() == {0: 0}, "0 still runs: nothing past it is safe"
+    tracker.done(0, 0, epochs[0])
+    assert tracker.to_commit() == {0: 3}
+    tracker.done(0, 4, epochs[4])
+    assert tracker.to_commit() == {0: 3}
+    tracker.done(0, 3, epochs[3])
+    assert tracker.to_commit() == {0: 5}
+    tracker.committed({0: 5})
+    assert tracker.to_commit() == {}
+
+
+def test_partitions_are_tracked_independently_and_gaps_in_offsets_are_fine() -> None:
+    tracker = OffsetTracker()
+    tracker.assign([0, 1])
+    e0 = tracker.consumed(0, 10)
+    e1 = tracker.consumed(1, 7)
+    tracker.consumed(1, 9)  # offset 8 was a transaction marker
+    tracker.done(0, 10, e0)
+    tracker.done(1, 7, e1)
+    assert tracker.to_commit() == {0: 11, 1: 9}
+
+
+def test_records_of_unassigned_partitions_are_not_tracked() -> None:
+    tracker = OffsetTracker()
+    assert tracker.consumed(5, 0) is None
+    assert tracker.to_commit() == {}
+
+
+def test_a_reassigned_partition_rejects_completions_of_the_old_assignment() -> None:
+    tracker = OffsetTracker()
+    tracker.assign([3])
+    old = tracker.consumed(3, 0)
+    tracker.drop([3])
+    assert not tracker.done(3, 0, old)
+    tracker.assign([3])
+    assert not tracker.done(3, 0, old)
+    assert tracker.to_commit() == {}
+
+
+# --- flow control and commit timing ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("load", "paused", "expected"),
+    [
+        (0, False, FlowAction.NONE),
+        (5, False, FlowAction.NONE),
+        (6, False, FlowAction.PAUSE),
+        (9, False, FlowAction.PAUSE),
+        (6, True, FlowAction.NONE),
+        (5, True, FlowAction.NONE),
+        (4, True, FlowAction.RESUME),
+        (0, True, FlowAction.RESUME),
+    ],
+)
+def test_pause_at_the_high_mark_and_resume_at_the_low_mark(
+    load: int, paused: bool, expected: FlowAction
+) -> None:
+    assert flow_action(load, 6, 4, paused) is expected
+
+
+def test_without_prefetch_the_worker_resumes_as_soon_as_a_slot_is_free(
+    registry: Registry,
+) -> None:
+    worker = Worker(registry, source_topic=TOPIC, concurrency=4, prefetch=0)
+    try:
+        assert worker.free == 4
+        assert worker.flow(paused=True) is FlowAction.RESUME
+    finally:
+        worker.shutdown()
+
+
+def test_commit_policy_commits_when_idle_or_after_the_interval() -> None:
+    now = [100.0]
+    policy = CommitPolicy(0.05, clock=lambda: now[0])
+    assert not policy.due(idle=True), "nothing open: nothing to commit"
+    policy.opened()
+    assert policy.due(idle=True)
+    assert not policy.due(idle=False)
+    now[0] += 0.06
+    assert policy.due(idle=False)
+    policy.closed()
+    assert not policy.due(idle=True)
+
+
+# --- running activities ----------------------------------------------------------------------
+
+
+def _task(name: str, value: Any = None, *, task_id: int = 1, attempt: int = 1) -> ActivityTask:
+    return ActivityTask(
+        "wf-1", generation=2, task_id=task_id, attempt=attempt, name=name, input=to_payload(value)
+    )
+
+
+def _record(task: Message | bytes | None, offset: int = 0, partition: int = 0) -> TaskRecord:
+    value = task if isinstance(task, bytes | None) else encode_message(task)
+    return TaskRecord(partition, offset, b"wf-1", value, 1234)
+
+
+def _results(worker: Worker, count: int, timeout: float = 5.0) -> list[ActivityResult]:
+    out: list[Outbound] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < count and time.monotonic() < deadline:
+        out.extend(worker.collect(0.01))
+    assert len(out) == count, f"expected {count} results, got {len(out)}"
+    results = [decode_message(r.value) for r in out]
+    assert all(isinstance(r, ActivityResult) for r in results)
+    return [r for r in results if isinstance(r, ActivityResult)]
+
+
+@pytest.fixture
+def registry() -> Registry:
+    reg = Registry()
+
+    @reg.activity(name="double")
+    def double(x: int) -> int:
+        return x * 2
+
+    @reg.activity(name="adouble")
+    async def adouble(x: int) -> int:
+        await asyncio.sleep(0)
+        return x * 2
+
+    @reg.activity(name="boom")
+    def boom(x: Any) -> None:
+        try:
+            raise KeyError("inner")
+        except KeyError as exc:
+            raise ValueError("outer") from exc
+
+    @reg.activity(name="final")
+    def final(x: Any) -> None:
+        raise ApplicationError("card declined", type="Declined", non_retryable=True)
+
+    @reg.activity(name="key")
+    def key(x: Any) -> str:
+        return current_activity().idempotency_key
+
+    @reg.activity(name="akey")
+    async def akey(x: Any, ctx: ActivityContext) -> list[Any]:
+        return [ctx.idempotency_key, current_activity().attempt]
+
+    @reg.activity(name="noinput")
+    def noinput() -> str:
+        return "ok"
+
+    @reg.activity(name="unserialisable")
+    def unserialisable(x: Any) -> object:
+        return object()
+
+    return reg
+
+
+@pytest.fixture
+def worker(registry: Registry) -> Iterator[Worker]:
+    w = Worker(registry, source_topic=TOPIC, concurrency=4, worker_id="w-test")
+    w.assigned([0])
+    yield w
+    w.shutdown()
+
+
+def test_sync_and_async_activities_produce_results_keyed_by_instance(worker: Worker) -> None:
+    assert worker.accept([_record(_task("double", 21), 0), _record(_task("adouble", 5), 1)]) == []
+    results = sorted(_results(worker, 2), key=lambda r: from_payload(r.output))
+    assert [from_payload(r.output) for r in results] == [10, 42]
+    assert all(r.failure is None for r in results)
+    assert (results[0].instance_id, results[0].generation, results[0].task_id) == ("wf-1", 2, 1)
+    assert worker.offsets.to_commit() == {0: 2}
+    assert worker.idle
+
+
+def test_failures_carry_type_message_cause_and_retryability(worker: Worker) -> None:
+    worker.accept([_record(_task("boom"), 0), _record(_task("final", task_id=2), 1)])
+    by_task = {r.task_id: r for r in _results(worker, 2)}
+    boom, final = by_task[1].failure, by_task[2].failure
+    assert boom is not None and final is not None
+    assert (boom.type, boom.message, boom.retryable) == ("ValueError", "outer", True)
+    assert boom.cause is not None and boom.cause.type == "KeyError"
+    assert "raise ValueError" in boom.stack
+    assert (final.type, final.retryable) == ("Declined", False)
+
+
+def test_an_unknown_activity_fails_for_good_and_names_the_registered_ones(worker: Worker) -> None:
+    worker.accept([_record(_task("nope"))])
+    [result] = _results(worker, 1)
+    assert result.failure is not None
+    assert result.failure.type == "ActivityNotRegistered"
+    assert not result.failure.retryable
+    assert "'nope'" in result.failure.message and "double" in result.failure.message
+
+
+def test_the_idempotency_key_is_available_to_sync_and_async_activities(worker: Worker) -> None:
+    worker.accept([_record(_task("key", attempt=3), 0), _record(_task("akey", task_id=2), 1)])
+    by_task = {r.task_id: from_payload(r.output) for r in _results(worker, 2)}
+    assert by_task[1] == "wf-1/2/1/3"
+    assert by_task[2] == ["wf-1/2/2/1", 1]
+
+
+def test_activities_without_input_and_unserialisable_results(worker: Worker) -> None:
+    worker.accept([_record(_task("noinput"), 0), _record(_task("unserialisable", task_id=2), 1)])
+    by_task = {r.task_id: r for r in _results(worker, 2)}
+    assert from_payload(by_task[1].output) == "ok"
+    failure = by_task[2].failure
+    assert failure is not None and not failure.retryable and "JSON" in failure.message
+
+
+def test_undecodable_and_foreign_records_become_dead_letters(worker: Worker) -> None:
+    letters = worker.accept(
+        [
+            _record(b"\x00garbage", 5),
+            _record(None, 6),
+            _record(StartWorkflow("wf-1", name="x"), 7),
+            _record(_task("double", 1), 8),
+        ]
+    )
+    assert [letter.dead for letter in letters] == [True, True, True]
+    first = decode_message(letters[0].value)
+    assert isinstance(first, DeadLetter)
+    assert (first.source_topic, first.source_partition, first.source_offset) == (TOPIC, 0, 5)
+    assert first.value == b"\x00garbage" and first.instance_id == "wf-1"
+    headers = dict(letters[0].headers)
+    assert headers["source-offset"] == b"5" and headers["source-topic"] == TOPIC.encode()
+    assert b"undecodable" in headers["reason"]
+    _results(worker, 1)
+    assert worker.offsets.to_commit() == {0: 9}, "dead letters settle their offsets"
+
+
+def test_load_beyond_concurrency_waits_in_a_backlog(registry: Registry) -> None:
+    gate = threading.Event()
+
+    @registry.activity(name="block")
+    def block(x: Any) -> None:
+        gate.wait(10)
+
+    worker = Worker(registry, source_topic=TOPIC, concurrency=2, prefetch=3)
+    worker.assigned([0])
+    try:
+        worker.accept([_record(_task("block", task_id=i), i) for i in range(5)])
+        assert (worker.running, worker.load, worker.free) == (2, 5, 0)
+        assert worker.flow(paused=False) is FlowAction.PAUSE
+        gate.set()
+        _results(worker, 5)
+        assert worker.load == 0
+        assert worker.flow(paused=True) is FlowAction.RESUME
+        assert worker.offsets.to_commit() == {0: 5}
+    finally:
+        gate.set()
+        worker.shutdown()
+
+
+def test_results_of_revoked_partitions_are_dropped(registry: Registry) -> None:
+    gate = threading.Event()
+
+    @registry.activity(name="block")
+    def block(x: Any) -> None:
+        gate.wait(10)
+
+    worker = Worker(registry, source_topic=TOPIC, concurrency=1)
+    try:
+        worker.assigned([0, 1])
+        worker.accept([_record(_task("block"), 0, 0), _record(_task("double", 1), 0, 1)])
+        worker.revoked([0, 1])
+        assert worker.load == 1, "the queued task of partition 1 is gone, the running one stays"
+        gate.set()
+        deadline = time.monotonic() + 5
+        while worker.running and time.monotonic() < deadline:
+            assert worker.collect(0.01) == []
+        assert worker.running == 0
+        assert worker.offsets.to_commit() == {}
+    finally:
+        gate.set()
+        worker.shutdown()
+
+
+def test_records_of_partitions_not_assigned_are_ignored(worker: Worker) -> None:
+    assert worker.accept([_record(_task("double", 1), 0, partition=9)]) == []
+    assert worker.load == 0 and worker.offsets.to_commit() == {}
+
+
+def test_the_outbox_keeps_uncommitted_output_until_commit(worker: Worker) -> None:
+    worker.accept([_record(b"bad", 0), _record(_task("double", 2), 1)])
+    _results(worker, 1)
+    assert len(worker.uncommitted()) == 2, "produce them again if the transaction aborts"
+    offsets = worker.offsets.to_commit()
+    worker.committed(offsets)
+    assert worker.uncommitted() == []
+    assert worker.offsets.to_commit() == {}
+
+
+def test_a_rejected_result_is_replaced_by_a_failure(worker: Worker) -> None:
+    worker.accept([_record(_task("double", 2))])
+    worker.collect(2.0)
+    [original] = worker.uncommitted()
+    replaced = worker.replace_rejected(original, "Message size too large")
+    result = decode_message(replaced.value)
+    assert isinstance(result, ActivityResult) and result.failure is not None
+    assert result.failure.type == "ResultRejected" and not result.failure.retryable
+    assert worker.uncommitted() == [replaced]
+
+
+def test_current_activity_outside_an_activity_says_how_to_test() -> None:
+    with pytest.raises(TurnstileError, match="activity_scope"):
+        current_activity()
+    info = ActivityContext(_task("x"))
+    with activity_scope(info):
+        assert current_activity().idempotency_key == "wf-1/2/1/1"
+
+
+def test_concurrency_must_be_positive(registry: Registry) -> None:
+    with pytest.raises(TurnstileError, match="at least 1"):
+        Worker(registry, source_topic=TOPIC, concurrency=0)
