@@ -263,6 +263,9 @@ def _server_properties(data_dir: Path, broker_port: int, controller_port: int) -
         "group.initial.rebalance.delay.ms": "0",
         # Let fault tests choose short session timeouts (the default floor is 6 s).
         "group.min.session.timeout.ms": "1000",
+        # The group coordinator batches its log appends for this long (default 5-10 ms);
+        # every transactional offset commit (send_offsets_to_transaction) pays it in full.
+        "group.coordinator.append.linger.ms": "0",
     }
     lines = ["# Written by engine.adapters.local_kafka; regenerated when ports change."]
     lines += [f"{key}={value}" for key, value in settings.items()]

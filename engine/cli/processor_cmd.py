@@ -107,8 +107,11 @@ def _run_all(args: argparse.Namespace) -> int:
     with stop_on_signals(stop):
         worker_thread.start()
         reporter.start()
-        runner.run(stop)
-        worker_thread.join(timeout=60)
+        try:
+            runner.run(stop)
+        finally:
+            stop.set()  # a processor that dies must not leave the worker running alone
+            worker_thread.join(timeout=60)
     return 0
 
 
