@@ -103,7 +103,8 @@ class ProcessorRunner:
             topics=self.topics,
             pending_events_max=settings.pending_events_max,
             pending_events_ttl_ms=settings.pending_events_ttl_ms,
-            cache_capacity=settings.cache_instances,
+            # the cache budget is per replica; each partition gets its share
+            cache_capacity=max(100, settings.cache_instances // max(1, settings.partitions)),
         )
         self.partitions: dict[int, PartitionProcessor] = {}
         self.progress = Progress()
