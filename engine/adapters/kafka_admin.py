@@ -1,0 +1,180 @@
+"""Topic administration on a real cluster: describe the engine's topics, create the missing
+ones, and repair config drift when asked, following ``topics/topics.toml``.
+
+The decisions (what is missing, what drifted, what must not be touched) are made by the pure
+diff in ``engine.services.topics``; this module only talks to Kafka. It never changes a
+partition count: that would move instances between partitions behind the processors' back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin._resource import ResourceType
+from confluent_kafka.cimpl import NewTopic
+
+from engine.adapters.kafka_config import admin_config
+from engine.core.errors import BrokerError, TopicDriftError
+from engine.services.config import Settings
+from engine.services.topics import (
+    ActualTopic,
+    DesiredTopic,
+    Drift,
+    TopicDiff,
+    TopicsSpec,
+    desired_topics,
+    diff_topics,
+)
+
+DEFAULT_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    created: tuple[str, ...]
+    altered: tuple[Drift, ...]
+    #: What still differs afterwards (config drift left alone, replication factor).
+    remaining: TopicDiff
+
+
+def admin_for(settings: Settings) -> Any:
+    config = {**admin_config(settings.bootstrap_servers, client_id="turnstile-topics")}
+    config.update(settings.extra_kafka)
+    return AdminClient(config)
+
+
+def _broker_error(settings: Settings, action: str, exc: Exception) -> BrokerError:
+    return BrokerError(
+        f"could not {action} on Kafka at {settings.bootstrap_servers}: {exc}. Check that the "
+        f"broker runs (python -m engine dev kafka start) and --bootstrap-servers points at it."
+    )
+
+
+def describe(
+    admin: Any, names: Iterable[str], timeout: float = DEFAULT_TIMEOUT
+) -> dict[str, ActualTopic]:
+    """The named topics that exist, with partition count, replication factor and configs."""
+    metadata = admin.list_topics(timeout=timeout)
+    present = [n for n in names if n in metadata.topics and metadata.topics[n].error is None]
+    if not present:
+        return {}
+    resources = [ConfigResource(ResourceType.TOPIC, name) for name in present]
+    futures = admin.describe_configs(resources, request_timeout=timeout)
+    configs: dict[str, dict[str, str]] = {}
+    for resource, future in futures.items():
+        entries: Mapping[str, Any] = future.result(timeout=timeout)
+        configs[resource.name] = {k: e.value for k, e in entries.items() if e.value is not None}
+    out = {}
+    for name in present:
+        partitions = metadata.topics[name].partitions
+        replication = max((len(p.replicas) for p in partitions.values()), default=0)
+        out[name] = ActualTopic(name, len(partitions), replication, configs.get(name, {}))
+    return out
+
+
+def check(
+    spec: TopicsSpec, settings: Settings, admin: Any = None, timeout: float = DEFAULT_TIMEOUT
+) -> TopicDiff:
+    """How the cluster differs from the spec (empty diff: all is as declared)."""
+    admin = admin or admin_for(settings)
+    desired = desired_topics(spec, settings)
+    try:
+        actual = describe(admin, [t.name for t in desired], timeout)
+    except KafkaException as exc:
+        raise _broker_error(settings, "describe the topics", exc) from exc
+    return diff_topics(desired, actual)
+
+
+def apply(
+    spec: TopicsSpec,
+    settings: Settings,
+    *,
+    fix_config: bool = False,
+    admin: Any = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> ApplyResult:
+    """Create missing topics; with ``fix_config``, set drifted configs back to the spec.
+
+    Raises TopicDriftError, changing nothing, when partition counts drifted or
+    co-partitioning would break: those need a decision by a person.
+    """
+    admin = admin or admin_for(settings)
+    diff = check(spec, settings, admin, timeout)
+    if diff.blocking:
+        raise TopicDriftError(
+            "refusing to change topics, partition counts differ from what the engine needs:\n"
+            + "\n".join(f"  {d.topic}: {d.detail}" for d in diff.blocking)
+        )
+    try:
+        created = _create(admin, diff.missing, timeout)
+        altered = _alter(admin, diff.of_kind("config"), timeout) if fix_config else ()
+    except KafkaException as exc:
+        raise _broker_error(settings, "create or alter topics", exc) from exc
+    remaining = _settled(spec, settings, admin, created, timeout)
+    return ApplyResult(created, altered, remaining)
+
+
+def _create(admin: Any, missing: Iterable[DesiredTopic], timeout: float) -> tuple[str, ...]:
+    topics = [
+        NewTopic(
+            t.name,
+            num_partitions=t.partitions,
+            replication_factor=t.replication_factor,
+            config=dict(t.config),
+        )
+        for t in missing
+    ]
+    if not topics:
+        return ()
+    created = []
+    for name, future in admin.create_topics(topics, operation_timeout=timeout).items():
+        try:
+            future.result(timeout=timeout)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue  # created concurrently by another apply: the check below sees it
+            raise
+        created.append(name)
+    return tuple(created)
+
+
+def _alter(admin: Any, drifts: list[Drift], timeout: float) -> tuple[Drift, ...]:
+    by_topic: dict[str, list[Drift]] = {}
+    for drift in drifts:
+        by_topic.setdefault(drift.topic, []).append(drift)
+    resources = [
+        ConfigResource(
+            ResourceType.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry(d.key, d.expected, incremental_operation=AlterConfigOpType.SET)
+                for d in items
+            ],
+        )
+        for topic, items in by_topic.items()
+    ]
+    if not resources:
+        return ()
+    for future in admin.incremental_alter_configs(resources, request_timeout=timeout).values():
+        future.result(timeout=timeout)
+    return tuple(drifts)
+
+
+def _settled(
+    spec: TopicsSpec, settings: Settings, admin: Any, created: tuple[str, ...], timeout: float
+) -> TopicDiff:
+    """The diff after changes, once new topics show up in the cluster metadata."""
+    deadline = time.monotonic() + timeout
+    while True:
+        diff = check(spec, settings, admin, timeout)
+        pending = {t.name for t in diff.missing} & set(created)
+        if not pending or time.monotonic() > deadline:
+            return diff
+        time.sleep(0.2)

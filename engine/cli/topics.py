@@ -1,0 +1,140 @@
+"""``topics apply`` and ``topics check``: keep the cluster's topics as ``topics/topics.toml``
+declares them.
+
+``check`` is read-only and exits 1 on any difference, so deploy scripts and CI can gate on
+it. ``apply`` creates what is missing, repairs drifted configs only with ``--fix-config``,
+and never changes a partition count (it explains what to do instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from engine.adapters import kafka_admin
+from engine.cli import SubParsers
+from engine.cli.options import add_settings_arguments, settings_from_args
+from engine.services.config import Settings
+from engine.services.topics import Drift, TopicDiff, TopicsSpec, load_spec
+
+
+def register(subparsers: SubParsers) -> None:
+    """Add ``topics`` with its ``apply`` and ``check`` sub-commands."""
+    topics = subparsers.add_parser(
+        "topics",
+        help="create and check the engine's Kafka topics (topics/topics.toml)",
+        description="Keep the cluster's topics as the declarative spec says.",
+    )
+    topics.set_defaults(help_parser=topics)
+    commands = topics.add_subparsers(title="topics commands", metavar="COMMAND")
+
+    apply = commands.add_parser(
+        "apply",
+        help="create missing topics (and repair configs with --fix-config)",
+        description="Create the topics that are missing. Drifted configs are reported, and "
+        "set back to the spec with --fix-config. Partition counts are never changed: a "
+        "mismatch stops the command with advice.",
+    )
+    _add_common(apply)
+    apply.add_argument(
+        "--fix-config", action="store_true", help="set drifted topic configs back to the spec"
+    )
+    apply.set_defaults(handler=_apply)
+
+    check = commands.add_parser(
+        "check",
+        help="report differences between the cluster and the spec (exit 1 on drift)",
+        description="Read-only: list missing topics and drifted partition counts, "
+        "replication and configs. Exits 0 when all is as declared, 1 otherwise.",
+    )
+    _add_common(check)
+    check.set_defaults(handler=_check)
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    add_settings_arguments(parser)
+    group = parser.add_argument_group("topics")
+    group.add_argument(
+        "--partitions",
+        type=int,
+        help="partition count of the co-partitioned topics (default: $TURNSTILE_PARTITIONS "
+        "or 32); must match existing topics",
+    )
+    group.add_argument(
+        "--replication-factor",
+        type=int,
+        help="replication factor (default: $TURNSTILE_REPLICATION_FACTOR or 1)",
+    )
+    group.add_argument(
+        "--spec", metavar="FILE", help="topics spec (default: the repository's topics/topics.toml)"
+    )
+    group.add_argument("--json", action="store_true", help="print one JSON object")
+    group.add_argument(
+        "--timeout", type=float, default=kafka_admin.DEFAULT_TIMEOUT, help="seconds per request"
+    )
+
+
+def _inputs(args: argparse.Namespace) -> tuple[TopicsSpec, Settings]:
+    settings = settings_from_args(
+        args, partitions=args.partitions, replication_factor=args.replication_factor
+    )
+    return load_spec(args.spec), settings
+
+
+def _check(args: argparse.Namespace) -> int:
+    spec, settings = _inputs(args)
+    diff = kafka_admin.check(spec, settings, timeout=args.timeout)
+    _report(args, settings, diff)
+    return 0 if diff.clean else 1
+
+
+def _apply(args: argparse.Namespace) -> int:
+    spec, settings = _inputs(args)
+    admin = kafka_admin.admin_for(settings)
+    before = kafka_admin.check(spec, settings, admin, timeout=args.timeout)
+    if before.blocking:
+        _report(args, settings, before, refused=True)
+        return 1
+    result = kafka_admin.apply(
+        spec, settings, fix_config=args.fix_config, admin=admin, timeout=args.timeout
+    )
+    _report(args, settings, result.remaining, created=result.created, altered=result.altered)
+    return 0 if result.remaining.clean else 1
+
+
+def _report(
+    args: argparse.Namespace,
+    settings: Settings,
+    diff: TopicDiff,
+    *,
+    refused: bool = False,
+    created: tuple[str, ...] = (),
+    altered: tuple[Drift, ...] = (),
+) -> None:
+    drifts = diff.all_drifts()
+    if args.json:
+        document: dict[str, Any] = {
+            "bootstrap_servers": settings.bootstrap_servers,
+            "namespace": settings.namespace,
+            "clean": diff.clean,
+            "refused": refused,
+            "created": list(created),
+            "altered": [d.to_json() for d in altered],
+            "drift": [d.to_json() for d in drifts],
+        }
+        print(json.dumps(document, indent=2))
+        return
+    for name in created:
+        print(f"created  {name}")
+    for drift in altered:
+        print(f"altered  {drift.topic}: {drift.key} = {drift.expected} (was {drift.actual!r})")
+    for drift in drifts:
+        print(f"{drift.kind:<12} {drift.topic}: {drift.detail}")
+    if refused:
+        print("refused: nothing was changed; see the advice above.", file=sys.stderr)
+    elif diff.of_kind("config"):
+        print("config drift: set it back to the spec with 'topics apply --fix-config'.")
+    if diff.clean:
+        print(f"topics of namespace {settings.namespace!r} are as declared.")
