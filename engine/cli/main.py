@@ -14,9 +14,11 @@ from typing import Protocol
 
 from engine.cli import (
     SubParsers,
+    audit_cmds,
     client_cmds,
     demo,
     dev,
+    history_cmds,
     processor_cmd,
     topics,
     worker_cmd,
@@ -40,6 +42,8 @@ COMMAND_MODULES: tuple[CommandModule, ...] = (
     client_cmds,
     topics,
     dev,
+    history_cmds,
+    audit_cmds,
 )
 
 

@@ -1,0 +1,257 @@
+"""Read engine topics to their end, for the audit tools (history, changelog, status).
+
+An audit needs a consistent, complete read: ``read_committed`` (records of aborted or still
+open transactions are never seen), explicit partition assignment (no consumer group
+membership, no committed offsets: auditing changes nothing), and a definite end: each
+partition is read up to its end as of the start of the read (partition EOF, or the high
+watermark captured up front, whichever comes first), so a busy topic cannot keep the read
+going forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from engine.adapters.kafka_client import partition_count
+from engine.adapters.kafka_config import consumer_config
+from engine.adapters.kafka_io import poll_batch
+from engine.codec import decode_history
+from engine.core.errors import BrokerError, CodecError
+from engine.core.history import HistoryEvent
+from engine.core.keys import instance_key, murmur2_partition
+from engine.services.audit.records import RawRecord, ReadProgress
+from engine.services.config import Settings
+from engine.services.topics import topic_names
+
+__all__ = ["ProgressCallback", "TopicReader", "read_instance_history"]
+
+log = logging.getLogger(__name__)
+
+ProgressCallback = Callable[[ReadProgress], None]
+
+_BATCH = 5000
+_POLL_S = 0.5
+_METADATA_TIMEOUT_S = 10.0
+#: Records may carry a producer timestamp slightly before the event's own time; seeking by
+#: time starts this much earlier so that no event inside the range is skipped.
+_TIME_SEEK_MARGIN_MS = 5 * 60 * 1000
+
+
+class TopicReader:
+    """Reads whole partitions of engine topics; remembers where each read ended.
+
+    ``stall_timeout_s`` bounds how long a read may go without any record or end-of-partition
+    event before it gives up (a broker that went away, a partition without a leader).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        progress_every_s: float = 1.0,
+        stall_timeout_s: float = 60.0,
+    ) -> None:
+        self.settings = settings
+        self.progress_every_s = progress_every_s
+        self.stall_timeout_s = stall_timeout_s
+        #: topic -> partition -> the offset the last read of it stopped at (the next one).
+        self.positions: dict[str, dict[int, int]] = {}
+        self._consumer = Consumer(
+            consumer_config(
+                settings.bootstrap_servers,
+                f"{settings.namespace}.audit",
+                client_id=f"{settings.namespace}.audit",
+                **{"enable.partition.eof": True, "fetch.wait.max.ms": 50, **settings.extra_kafka},
+            )
+        )
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> TopicReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- metadata ---------------------------------------------------------------------------
+
+    def partition_count(self, topic: str) -> int:
+        return partition_count(self._consumer, topic, _METADATA_TIMEOUT_S)
+
+    def partition_of(self, topic: str, instance_id: str) -> int:
+        """The partition that holds ``instance_id`` (murmur2 of its key, as producers do)."""
+        return murmur2_partition(instance_key(instance_id), self.partition_count(topic))
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def read(
+        self,
+        topic: str,
+        partitions: Sequence[int] | None = None,
+        *,
+        start: Mapping[int, int] | None = None,
+        since_ms: int | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Iterator[RawRecord]:
+        """Every committed record of ``partitions`` (default: all), in offset order per
+        partition, from ``start`` (default: the beginning, or about ``since_ms``) to the end
+        as of now. ``self.positions[topic]`` holds where the read stopped, to continue later."""
+        if partitions is None:
+            partitions = range(self.partition_count(topic))
+        bounds = self._bounds(topic, partitions, start or {}, since_ms)
+        positions = self.positions.setdefault(topic, {})
+        positions.update({p: first for p, (first, high) in bounds.items() if first >= high})
+        pending = {p: high for p, (first, high) in bounds.items() if first < high}
+        expected = sum(high - first for first, high in bounds.values())
+        tracker = _Progress(topic, expected, len(bounds), self.progress_every_s, on_progress)
+        if pending:
+            self._consumer.assign([TopicPartition(topic, p, bounds[p][0]) for p in pending])
+            try:
+                yield from self._drain(topic, pending, positions, tracker)
+            finally:
+                self._consumer.unassign()
+        tracker.report(len(bounds) - len(pending), force=True)
+
+    def _bounds(
+        self,
+        topic: str,
+        partitions: Sequence[int],
+        start: Mapping[int, int],
+        since_ms: int | None,
+    ) -> dict[int, tuple[int, int]]:
+        """Per partition: the first offset to read and the high watermark now."""
+        out = {}
+        try:
+            for p in partitions:
+                low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), _METADATA_TIMEOUT_S
+                )
+                first = max(low, start.get(p, low))
+                if since_ms is not None and p not in start:
+                    first = max(first, self._offset_at(topic, p, since_ms, high))
+                out[p] = (first, high)
+        except KafkaException as exc:
+            raise _broker_error(topic, exc) from exc
+        return out
+
+    def _offset_at(self, topic: str, partition: int, since_ms: int, high: int) -> int:
+        wanted = TopicPartition(topic, partition, max(0, since_ms - _TIME_SEEK_MARGIN_MS))
+        found = self._consumer.offsets_for_times([wanted], _METADATA_TIMEOUT_S)[0]
+        return high if found.offset < 0 else int(found.offset)
+
+    def _drain(
+        self,
+        topic: str,
+        pending: dict[int, int],
+        positions: dict[int, int],
+        tracker: _Progress,
+    ) -> Iterator[RawRecord]:
+        last_activity = time.monotonic()
+        while pending:
+            messages = poll_batch(self._consumer, _BATCH, _POLL_S)
+            if messages:
+                last_activity = time.monotonic()
+            elif time.monotonic() - last_activity > self.stall_timeout_s:
+                raise BrokerError(
+                    f"reading {topic} stalled: no record for {self.stall_timeout_s:.0f}s with "
+                    f"partitions {sorted(pending)} unfinished; check that the brokers are up"
+                )
+            for message in messages:
+                record = self._record(topic, message, pending, positions)
+                if record is not None:
+                    tracker.records += 1
+                    yield record
+            tracker.report(tracker.partitions - len(pending))
+
+    def _record(
+        self,
+        topic: str,
+        message: Message,
+        pending: dict[int, int],
+        positions: dict[int, int],
+    ) -> RawRecord | None:
+        partition = message.partition() or 0
+        offset = message.offset() or 0
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                positions[partition] = offset
+                pending.pop(partition, None)
+                return None
+            raise _broker_error(topic, KafkaException(error))
+        if partition not in pending:
+            return None  # past this read's end (the read ended on the high watermark)
+        positions[partition] = offset + 1
+        if offset + 1 >= pending[partition]:
+            pending.pop(partition)
+        return RawRecord(partition, offset, message.key(), message.value(), message.timestamp()[1])
+
+
+class _Progress:
+    def __init__(
+        self,
+        topic: str,
+        expected: int,
+        partitions: int,
+        every_s: float,
+        callback: ProgressCallback | None,
+    ) -> None:
+        self.topic = topic
+        self.expected = expected
+        self.partitions = partitions
+        self.every_s = every_s
+        self.callback = callback
+        self.records = 0
+        self.started = time.monotonic()
+        self._last = self.started
+
+    def report(self, partitions_done: int, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.callback is None or (not force and now - self._last < self.every_s):
+            return
+        self._last = now
+        self.callback(
+            ReadProgress(
+                self.topic,
+                self.records,
+                self.expected,
+                partitions_done,
+                self.partitions,
+                now - self.started,
+            )
+        )
+
+
+def read_instance_history(
+    settings: Settings, instance_id: str, *, on_progress: ProgressCallback | None = None
+) -> list[HistoryEvent]:
+    """Every event of one instance, in order, from the history topic (only its partition is
+    read). Records that do not decode are logged and left out (``history verify`` names
+    them)."""
+    topic = topic_names(settings.namespace).history
+    key = instance_key(instance_id)
+    events = []
+    with TopicReader(settings) as reader:
+        partition = reader.partition_of(topic, instance_id)
+        for record in reader.read(topic, [partition], on_progress=on_progress):
+            if record.key != key or record.value is None:
+                continue
+            try:
+                events.append(decode_history(record.value))
+            except CodecError as exc:
+                log.warning("%s offset %d is not a history event: %s", topic, record.offset, exc)
+    return events
+
+
+def _broker_error(topic: str, exc: KafkaException) -> BrokerError:
+    error: Any = exc.args[0] if exc.args else exc
+    return BrokerError(
+        f"cannot read {topic}: {error}. Check --bootstrap-servers and --namespace (the topic "
+        f"must exist: 'turnstile topics apply' creates it)."
+    )
