@@ -15,6 +15,7 @@ from engine.codec import seal_history
 from engine.core.errors import WorkflowRuntimeError
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.history import (
+    ContinuedAsNew,
     ExecutionCompleted,
     ExecutionStarted,
     HistoryEvent,
@@ -69,17 +70,23 @@ def _record_events(pp: PartitionProcessor, item: Loaded, events: list[HistoryEve
     meta = item.meta
     topic = pp.env.topics.history
     key = meta.instance_id.encode()
+    previous: HistoryEvent | None = None
     for event in events:
         sealed, data = seal_history(event, meta.last_hash)
         meta.last_hash = sealed.hash
         meta.next_sequence = event.sequence + 1
         pp.tables.put(keys.history_key(meta.instance_id, event.sequence), data)
         pp.emit(topic, key, data, pp.partition)
-        if isinstance(event.body, ExecutionStarted) and event.sequence > meta.generation_start:
-            # continue-as-new: the previous generation leaves the state table (the history
-            # topic keeps it), so a cold load replays only the current generation
+        if isinstance(event.body, ExecutionStarted) and _continues(previous):
+            # the previous generation leaves the state table (the history topic keeps it),
+            # so a cold load replays only the current generation
             pp.tables.delete_history(meta.instance_id, meta.generation_start, event.sequence)
             meta.generation_start = event.sequence
+        previous = event
+
+
+def _continues(event: HistoryEvent | None) -> bool:
+    return event is not None and isinstance(event.body, ContinuedAsNew)
 
 
 def _refresh_meta(item: Loaded, now_ms: int) -> None:
