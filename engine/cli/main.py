@@ -81,6 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (``turnstile history show X | head``): not an error
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
