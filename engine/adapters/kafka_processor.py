@@ -15,7 +15,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from confluent_kafka import (
@@ -51,7 +51,7 @@ from engine.core.messages import (
 )
 from engine.runtime.registry import Registry
 from engine.services.config import Settings
-from engine.services.processor.partition import Environment, PartitionProcessor
+from engine.services.processor.partition import Counters, Environment, PartitionProcessor
 from engine.services.topics import TopicNames, topic_names
 
 log = logging.getLogger("engine.processor")
@@ -70,20 +70,21 @@ PROCESSOR_CONSUMER = {
 
 
 @dataclass
-class Progress:
-    """Counters and where the time went (seconds), for progress lines and benchmarks."""
+class Progress(Counters):
+    """A replica's totals: its partitions' counters, its transactions, and where the time
+    went (seconds), for progress lines and benchmarks."""
 
-    records: int = 0
-    turns: int = 0
     transactions: int = 0
     aborts: int = 0
-    completed: int = 0
-    dead_letters: int = 0
     outputs: int = 0
     turn_s: float = 0.0
     produce_s: float = 0.0
     offsets_s: float = 0.0
     commit_s: float = 0.0
+
+    def add(self, counters: Counters) -> None:
+        for f in fields(Counters):
+            setattr(self, f.name, getattr(self, f.name) + getattr(counters, f.name))
 
 
 class ProcessorRunner:
@@ -228,11 +229,8 @@ class ProcessorRunner:
             out, ch = pp.end_batch(now_ms)
             outputs.extend(out)
             changes[p] = ch
-            self.progress.turns += pp.counters.turns
-            self.progress.completed += pp.counters.completed
-            self.progress.dead_letters += pp.counters.dead_letters
-            self.progress.records += pp.counters.records
-            pp.counters = type(pp.counters)()
+            self.progress.add(pp.counters)
+            pp.counters = Counters()
         offsets = self._consumed_positions()
         if not outputs and not offsets:
             return

@@ -27,7 +27,12 @@ from engine.cli.audit_io import (
     instance_partitions,
     warn,
 )
-from engine.cli.options import add_settings_arguments, settings_from_args
+from engine.cli.options import (
+    add_module_arguments,
+    add_settings_arguments,
+    require_registered,
+    settings_from_args,
+)
 from engine.cli.worker_cmd import import_modules
 from engine.codec import decode_message
 from engine.core.errors import CodecError, ConfigurationError
@@ -104,15 +109,7 @@ def _register_replay(subparsers: SubParsers) -> None:
         "on any divergence or error, so it can gate a deploy.",
     )
     _common(check)
-    check.add_argument(
-        "-m",
-        "--module",
-        dest="modules",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="import this module to register its workflows (repeatable; also $TURNSTILE_MODULES)",
-    )
+    add_module_arguments(check, "workflows")
     check.add_argument(
         "--registry",
         metavar="MODULE:NAME",
@@ -155,11 +152,7 @@ def _registry(args: argparse.Namespace, settings: Settings) -> Registry:
         if not isinstance(found, Registry):
             raise ConfigurationError(f"{args.registry} is not an engine Registry")
         registry = found
-    if not registry.workflows():
-        raise ConfigurationError(
-            "no workflows are registered; pass the module(s) that define them with --module "
-            "(for example --module myapp.workflows)"
-        )
+    require_registered(registry.workflows(), "workflows")
     return registry
 
 

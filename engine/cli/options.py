@@ -7,11 +7,18 @@ a flag left out falls back to the environment or the config file.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import Any
 
+from engine.core.errors import ConfigurationError
 from engine.services.config import Settings, load_settings
 
-__all__ = ["add_settings_arguments", "settings_from_args"]
+__all__ = [
+    "add_module_arguments",
+    "add_settings_arguments",
+    "require_registered",
+    "settings_from_args",
+]
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,3 +48,28 @@ def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:
         namespace=getattr(args, "namespace", None),
         **overrides,
     )
+
+
+def add_module_arguments(parser: argparse.ArgumentParser, registers: str) -> None:
+    """``-m/--module``: user modules to import so that their decorators register
+    ``registers`` (workflows, activities)."""
+    parser.add_argument(
+        "-m",
+        "--module",
+        dest="modules",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help=f"import this module to register its {registers} (repeatable; also "
+        f"$TURNSTILE_MODULES, comma-separated)",
+    )
+
+
+def require_registered(names: Sequence[object], kind: str) -> None:
+    """Refuse to run a process that has nothing to run: the usual cause is a missing
+    ``--module``."""
+    if not names:
+        raise ConfigurationError(
+            f"no {kind} are registered; pass the module(s) that define them with --module "
+            f"(for example --module myapp.{kind})"
+        )

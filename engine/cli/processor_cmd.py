@@ -13,10 +13,14 @@ import threading
 from engine.adapters.kafka_processor import ProcessorRunner
 from engine.adapters.kafka_worker import KafkaWorker
 from engine.cli import SubParsers
-from engine.cli.options import add_settings_arguments, settings_from_args
+from engine.cli.options import (
+    add_module_arguments,
+    add_settings_arguments,
+    require_registered,
+    settings_from_args,
+)
 from engine.cli.run_group import run_subparsers
 from engine.cli.worker_cmd import import_modules, stop_on_signals
-from engine.core.errors import ConfigurationError
 from engine.runtime.registry import default_registry
 from engine.services.config import Settings
 
@@ -50,16 +54,7 @@ def register(subparsers: SubParsers) -> None:
 
 def _add_processor_arguments(parser: argparse.ArgumentParser) -> None:
     add_settings_arguments(parser)
-    parser.add_argument(
-        "-m",
-        "--module",
-        dest="modules",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="import this module to register its workflows (repeatable; also "
-        "$TURNSTILE_MODULES, comma-separated)",
-    )
+    add_module_arguments(parser, "workflows")
     parser.add_argument("--replica-id", help="stable, unique id of this replica (processor-0)")
     parser.add_argument("--state-dir", help="folder for the RocksDB tables")
     parser.add_argument("--partitions", type=int, help="partition count of the topics (32)")
@@ -78,11 +73,7 @@ def _settings(args: argparse.Namespace, **extra: object) -> Settings:
         **extra,
     )
     import_modules([*settings.modules, *args.modules])
-    if not list(default_registry.workflows()):
-        raise ConfigurationError(
-            "no workflows are registered; pass the module(s) that define them with --module "
-            "(for example --module myapp.workflows)"
-        )
+    require_registered(default_registry.workflows(), "workflows")
     return settings
 
 

@@ -20,7 +20,12 @@ from types import FrameType
 
 from engine.adapters.kafka_worker import KafkaWorker
 from engine.cli import SubParsers
-from engine.cli.options import add_settings_arguments, settings_from_args
+from engine.cli.options import (
+    add_module_arguments,
+    add_settings_arguments,
+    require_registered,
+    settings_from_args,
+)
 from engine.cli.run_group import run_subparsers
 from engine.core.errors import ConfigurationError
 from engine.runtime.registry import default_registry
@@ -39,16 +44,7 @@ def register(subparsers: SubParsers) -> None:
         "results. Scale by starting more workers with distinct --worker-id values.",
     )
     add_settings_arguments(worker)
-    worker.add_argument(
-        "-m",
-        "--module",
-        dest="modules",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="import this module to register its activities (repeatable; also "
-        "$TURNSTILE_MODULES, comma-separated)",
-    )
+    add_module_arguments(worker, "activities")
     worker.add_argument("--concurrency", type=int, help="activities running at once (default 16)")
     worker.add_argument(
         "--worker-id",
@@ -109,11 +105,7 @@ def _run_worker(args: argparse.Namespace) -> int:
     )
     import_modules([*settings.modules, *args.modules])
     names = sorted(a.name for a in default_registry.activities())
-    if not names:
-        raise ConfigurationError(
-            "no activities are registered; pass the module(s) that define them with "
-            "--module (for example --module myapp.activities)"
-        )
+    require_registered(names, "activities")
     log.info("activities: %s", ", ".join(names))
     worker = KafkaWorker(settings, default_registry, shutdown_timeout_s=args.shutdown_timeout)
     stop = threading.Event()
