@@ -255,6 +255,12 @@ class ProcessorRunner:
             self.progress.aborts += 1
             self._rollback()
             return
+        except BaseException:
+            # Anything else stops the replica. Forget the batch first: closing the consumer
+            # runs the revocation callback, which would otherwise commit the batch's input
+            # offsets without its output (or fail on the open transaction and hide this error).
+            self._abandon()
+            raise
         self.progress.transactions += 1
         reached = self._changelog_offsets(delivered)
         for p, pp in self.partitions.items():
@@ -275,6 +281,18 @@ class ProcessorRunner:
             if name is not None and d.offset > reached[d.partition].get(name, -1):
                 reached[d.partition][name] = d.offset
         return reached
+
+    def _abandon(self) -> None:
+        """Drop the batch after an error that ends the loop; its input is redone by whoever
+        owns the partitions next."""
+        for pp in self.partitions.values():
+            pp.rolled_back()
+        self._batch_start.clear()
+        if self._producer.in_transaction:
+            try:
+                self._producer.abort()
+            except Exception as exc:  # the producer may be fenced or dead: it goes anyway
+                log.warning("aborting the open transaction failed: %s", exc)
 
     def _rollback(self) -> None:
         for pp in self.partitions.values():

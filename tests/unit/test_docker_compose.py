@@ -90,3 +90,91 @@ def test_kafka_advertises_the_published_address() -> None:
 def test_kafka_has_a_healthcheck() -> None:
     healthcheck = _services()["kafka"].get("healthcheck") or {}
     assert healthcheck.get("test"), "dependent services wait on Kafka's health"
+
+
+# --- the engine's services ----------------------------------------------------------------------
+
+PROCESSORS = ("processor-0", "processor-1")
+ENGINE_SERVICES = ("topics-init", *PROCESSORS, "worker")
+INTERNAL_BOOTSTRAP = "kafka:19092"
+
+
+def _command(service: dict[str, Any]) -> list[str]:
+    command = service.get("command") or []
+    return command.split() if isinstance(command, str) else [str(c) for c in command]
+
+
+def _option(command: list[str], flag: str) -> list[str]:
+    """Every value given to ``flag`` in ``command``."""
+    return [command[i + 1] for i, arg in enumerate(command[:-1]) if arg == flag]
+
+
+@pytest.mark.parametrize("name", ENGINE_SERVICES)
+def test_engine_services_run_the_engine_from_the_official_python_image(name: str) -> None:
+    service = _services()[name]
+    image = service["image"]
+    assert image.startswith("python:3.11"), image
+    assert "latest" not in image
+    assert _command(service)[:3] == ["python", "-m", "engine"]
+    assert service.get("working_dir") == "/app"
+    assert ".:/app:ro" in service.get("volumes", []), "the repository, mounted read-only"
+    entrypoint = " ".join(service.get("entrypoint") or [])
+    assert "pip install" in entrypoint and "pyproject.toml" in entrypoint
+    assert not service.get("ports"), "engine services publish no ports"
+
+
+@pytest.mark.parametrize("name", ENGINE_SERVICES)
+def test_engine_services_reach_kafka_on_its_internal_listener(name: str) -> None:
+    service = _services()[name]
+    env = _environment(service)
+    assert env.get("TURNSTILE_BOOTSTRAP_SERVERS") == INTERNAL_BOOTSTRAP
+    assert env.get("TURNSTILE_NAMESPACE")
+    assert env.get("TURNSTILE_PARTITIONS", "").isdigit()
+    depends = service.get("depends_on") or {}
+    assert depends.get("kafka", {}).get("condition") == "service_healthy"
+
+
+def test_kafka_has_a_listener_for_containers() -> None:
+    env = _environment(_services()["kafka"])
+    host, _, port = INTERNAL_BOOTSTRAP.partition(":")
+    assert f"//{host}:{port}" in env["KAFKA_ADVERTISED_LISTENERS"]
+    assert f":{port}" in env["KAFKA_LISTENERS"]
+    assert _services()["kafka"].get("hostname", "kafka") == host
+
+
+def test_topics_init_applies_the_topics_once() -> None:
+    service = _services()["topics-init"]
+    assert _command(service)[3:5] == ["topics", "apply"]
+    assert service.get("restart", "no") == "no"
+
+
+@pytest.mark.parametrize("name", [*PROCESSORS, "worker"])
+def test_engine_services_start_after_the_topics_exist(name: str) -> None:
+    depends = _services()[name].get("depends_on") or {}
+    assert depends.get("topics-init", {}).get("condition") == "service_completed_successfully"
+
+
+def test_two_processor_replicas_with_their_own_ids_and_state() -> None:
+    replica_ids = []
+    state_volumes = []
+    for name in PROCESSORS:
+        service = _services()[name]
+        command = _command(service)
+        assert command[3:5] == ["run", "processor"]
+        assert "engine.examples.orders" in _option(command, "--module")
+        [replica_id] = _option(command, "--replica-id")
+        [state_dir] = _option(command, "--state-dir")
+        replica_ids.append(replica_id)
+        mounts = [v for v in service.get("volumes", []) if str(v).endswith(f":{state_dir}")]
+        assert len(mounts) == 1, f"{name} keeps its state in a volume at {state_dir}"
+        state_volumes.append(mounts[0].split(":")[0])
+    assert len(set(replica_ids)) == len(PROCESSORS), "replica ids must differ"
+    assert len(set(state_volumes)) == len(PROCESSORS), "each replica has its own state"
+    assert set(state_volumes) <= set(_compose().get("volumes") or {})
+
+
+def test_a_worker_runs_the_example_activities() -> None:
+    command = _command(_services()["worker"])
+    assert command[3:5] == ["run", "worker"]
+    assert "engine.examples.orders" in _option(command, "--module")
+    assert _option(command, "--worker-id")

@@ -1,0 +1,120 @@
+"""Workflows and activities for the end-to-end tests.
+
+Importable both in the test process (``import tests.workflows_for_tests``, with the
+repository root on ``sys.path``) and by engine processes started as subprocesses with
+``--module tests.workflows_for_tests`` from the repository root. Names start with ``t.`` so
+they cannot collide with the shipped examples.
+
+Everything here is deterministic across processes: activities that behave differently per
+attempt read the attempt number from ``current_activity()``, never from process memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine import ApplicationError, RetryPolicy, WorkflowContext, activity, workflow
+from engine.core.activity_info import current_activity
+
+FAST_RETRY = RetryPolicy(max_attempts=5, initial_interval=0.1, backoff_coefficient=1.0)
+
+
+# --- activities ------------------------------------------------------------------------------
+
+
+@activity(name="t.add")
+def add(args: dict[str, int]) -> int:
+    return args["x"] + args["y"]
+
+
+@activity(name="t.flaky")
+def flaky(fail_times: int) -> int:
+    """Fails (retryably) on the first ``fail_times`` attempts, then returns the attempt."""
+    attempt = current_activity().attempt
+    if attempt <= fail_times:
+        raise ConnectionError(f"attempt {attempt} hit a transient error")
+    return attempt
+
+
+@activity(name="t.decline")
+def decline(reason: str) -> None:
+    raise ApplicationError(f"card declined: {reason}", type="CardDeclined", non_retryable=True)
+
+
+# --- workflows -------------------------------------------------------------------------------
+
+
+@workflow(name="t.echo")
+async def echo(ctx: WorkflowContext, value: Any) -> Any:
+    return value
+
+
+@workflow(name="t.wait_event")
+async def wait_event(ctx: WorkflowContext, spec: dict[str, Any] | None) -> dict[str, Any]:
+    """Waits for one event (``spec['event']``, default ``go``), optionally with a timeout."""
+    spec = spec or {}
+    data = await ctx.wait_for_event(spec.get("event", "go"), timeout=spec.get("timeout"))
+    return {"input": spec, "got": data}
+
+
+@workflow(name="t.parent_with_child")
+async def parent_with_child(ctx: WorkflowContext, spec: dict[str, Any] | None) -> Any:
+    """Starts a child that waits for an event and waits for the child's result."""
+    return await ctx.call_child_workflow(wait_event, spec, instance_id=f"{ctx.instance_id}:child")
+
+
+@workflow(name="t.counter")
+async def counter(ctx: WorkflowContext, state: dict[str, int]) -> dict[str, int]:
+    """A monitor loop: one short durable sleep and one activity per generation, then
+    continue-as-new with the counter advanced, until ``limit`` generations ran."""
+    await ctx.sleep(0.05)
+    acc = await ctx.call_activity(add, {"x": state["acc"], "y": state["n"]})
+    n = state["n"] + 1
+    if n < state["limit"]:
+        ctx.continue_as_new({"n": n, "acc": acc, "limit": state["limit"]})
+    return {"n": n, "acc": acc, "generation": ctx.generation}
+
+
+@workflow(name="t.flaky")
+async def flaky_workflow(ctx: WorkflowContext, fail_times: int) -> int:
+    result: int = await ctx.call_activity(flaky, fail_times, retry=FAST_RETRY)
+    return result
+
+
+@workflow(name="t.declined")
+async def declined(ctx: WorkflowContext, reason: str) -> None:
+    await ctx.call_activity(decline, reason, retry=FAST_RETRY)
+
+
+class BadInputError(ValueError):
+    pass
+
+
+@workflow(name="t.raises")
+async def raises(ctx: WorkflowContext, value: Any) -> None:
+    raise BadInputError(f"cannot handle {value!r}")
+
+
+@workflow(name="t.parent_of_failing")
+async def parent_of_failing(ctx: WorkflowContext, value: Any) -> Any:
+    return await ctx.call_child_workflow(raises, value, instance_id=f"{ctx.instance_id}:child")
+
+
+def _double(x: int) -> int:
+    return 2 * x
+
+
+@workflow(name="t.timer_inline")
+async def timer_inline(ctx: WorkflowContext, spec: dict[str, Any]) -> int:
+    """A durable timer, then an inline step: returns ``2 * x``."""
+    await ctx.sleep(spec["sleep"])
+    result: int = await ctx.run("double", _double, spec["x"])
+    return result
+
+
+@workflow(name="t.timer_then_activity")
+async def timer_then_activity(ctx: WorkflowContext, spec: dict[str, Any]) -> int:
+    """A durable timer, then an activity: returns ``x + 1``."""
+    await ctx.sleep(spec["sleep"])
+    result: int = await ctx.call_activity(add, {"x": spec["x"], "y": 1})
+    return result
