@@ -222,7 +222,8 @@ class TransactionalProducer:
     def _on_produce_error(self, exc: KafkaException, topic: str) -> None:
         error = kafka_error(exc)
         self._raise_if_fenced(error)
-        if error is not None and error.fatal():
+        if error is not None and (error.fatal() or error.code() == KafkaError._FATAL):
+            # librdkafka reports a fatal producer as code _FATAL with fatal() False
             self._recreate(f"produce failed: {exc}")
             raise AbortedTransaction(f"producer failed fatally, transaction aborted: {exc}")
         if error is not None and error.txn_requires_abort():
@@ -322,8 +323,10 @@ class TransactionalProducer:
         if error is not None and error.code() == KafkaError._FENCED:
             self._open = False
             raise ProducerFencedError(
-                f"another process now uses transactional.id {self.transactional_id!r}, so "
-                f"this one was fenced off and stops. Give every running process its own id "
+                f"transactional.id {self.transactional_id!r} was fenced: either another "
+                f"process now uses it, or this process stalled for longer than the transaction "
+                f"timeout and the broker aborted its transaction. This process stops; restart "
+                f"it (a supervisor should), and give every running process its own id "
                 f"(worker id / replica id)."
             )
 
