@@ -1,0 +1,177 @@
+"""Append result rows to ``benchmarks/RESULTS.md``, one table per benchmark.
+
+Rows go above a ``<!-- rows:NAME -->`` marker at the end of each table, so the file stays
+readable as a history (newest row last) and every row carries what is needed to compare it
+honestly: date, machine, commit and parameters.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from common import machine_line
+
+PATH = Path(__file__).resolve().parent / "RESULTS.md"
+
+HEADERS = {
+    "chain3": "| date (UTC) | commit | machine | variant | params | wf/s | act/s | p50 ms "
+    "| p90 ms | p99 ms | max ms | CPU ms/wf (tp): processor / worker / broker / client "
+    "| Restate wf/s, p50 ms | ratio wf/s | ratio p50 |\n"
+    "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|",
+    "fanout": "| date (UTC) | commit | machine | params | wall s (median) | activities/s "
+    "| CPU s: processor / worker / broker / client |\n"
+    "|---|---|---|---|---:|---:|---|",
+    "replay": "| date (UTC) | commit | machine | workload | events | executor only ev/s "
+    "| decode only ev/s | decode + executor ev/s |\n"
+    "|---|---|---|---|---:|---:|---:|---:|",
+    "restore": "| date (UTC) | commit | machine | params | records | restore s "
+    "| instances/s | records/s | slowest partition s |\n"
+    "|---|---|---|---|---:|---:|---:|---:|---:|",
+    "peers": "| date (UTC) | machine | peer / variant | wf/s | act/s | p50 ms | p99 ms |\n"
+    "|---|---|---|---:|---:|---:|---:|",
+}
+
+
+def _cell(value: Any) -> str:
+    return "n/a" if value is None else str(value).replace("|", "/")
+
+
+def _row(cells: list[Any]) -> str:
+    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+
+def _date(result: dict[str, Any]) -> str:
+    return str(result["host"]["date_utc"]).replace("T", " ").rstrip("Z")
+
+
+def append_row(section: str, row: str, path: Path = PATH) -> None:
+    """Insert ``row`` at the end of ``section``'s table (the section is added if missing)."""
+    marker = f"<!-- rows:{section} -->"
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    if marker not in text:
+        text = text.rstrip("\n") + f"\n\n## {section}\n\n{HEADERS[section]}\n{marker}\n"
+    text = text.replace(marker, f"{row}\n{marker}", 1)
+    path.write_text(text)
+
+
+def _params(params: dict[str, Any], keys: tuple[str, ...]) -> str:
+    return ", ".join(f"{k}={params[k]}" for k in keys if k in params)
+
+
+def _cpu_cell(cpu: dict[str, float], names: tuple[str, ...]) -> str:
+    return " / ".join(str(cpu.get(n, "-")) for n in names)
+
+
+def _ratio(ours: float | None, theirs: float | None) -> str | None:
+    if not ours or not theirs:
+        return None
+    return f"{ours / theirs:.2f}x"
+
+
+def add_chain3(result: dict[str, Any], peer: dict[str, Any] | None) -> None:
+    """``peer``: the Restate median measured in the same run, if any."""
+    med = result["median"]
+    cpu = med.get("cpu_ms_per_workflow_throughput", {})
+    params = _params(
+        result["params"], ("n_throughput", "n_latency", "repeats", "warmup", "partitions", "pin")
+    )
+    theirs = peer or {}
+    peer_cell = (
+        f"{theirs.get('workflows_per_s')}, {theirs.get('p50_ms')}" if peer is not None else None
+    )
+    row = _row(
+        [
+            _date(result),
+            result["commit"],
+            machine_line(result["host"]),
+            result["variant"],
+            params,
+            med.get("workflows_per_s"),
+            med.get("activities_per_s"),
+            med.get("p50_ms"),
+            med.get("p90_ms"),
+            med.get("p99_ms"),
+            med.get("max_ms"),
+            _cpu_cell(cpu, ("processor", "worker", "broker", "client")),
+            peer_cell,
+            _ratio(med.get("workflows_per_s"), theirs.get("workflows_per_s")),
+            # p50 ratio: ours / theirs, so below 1 means lower (better) latency
+            _ratio(med.get("p50_ms"), theirs.get("p50_ms")),
+        ]
+    )
+    append_row("chain3", row)
+
+
+def add_fanout(result: dict[str, Any]) -> None:
+    med = result["median"]
+    cpu = med.get("cpu_s", {})
+    row = _row(
+        [
+            _date(result),
+            result["commit"],
+            machine_line(result["host"]),
+            _params(result["params"], ("n", "repeats", "partitions", "worker_concurrency")),
+            med.get("wall_s"),
+            med.get("activities_per_s"),
+            _cpu_cell(cpu, ("processor", "worker", "broker", "client")),
+        ]
+    )
+    append_row("fanout", row)
+
+
+def add_replay(result: dict[str, Any]) -> None:
+    for workload in result["workloads"]:
+        row = _row(
+            [
+                _date(result),
+                result["commit"],
+                machine_line(result["host"]),
+                workload["workload"],
+                workload["history_events"],
+                _best(workload, "executor"),
+                _best(workload, "decode"),
+                _best(workload, "decode_replay"),
+            ]
+        )
+        append_row("replay", row)
+
+
+def _best(workload: dict[str, Any], name: str) -> str:
+    """Median events/s with the best run in brackets: on a shared machine the best run is
+    the one least disturbed by other work, the median the one to expect."""
+    return f"{workload.get(name + '_events_per_s')} ({workload.get(name + '_best_events_per_s')})"
+
+
+def add_restore(result: dict[str, Any]) -> None:
+    row = _row(
+        [
+            _date(result),
+            result["commit"],
+            machine_line(result["host"]),
+            _params(result["params"], ("instances", "partitions", "workflow")),
+            result["records"],
+            result["restore_s"],
+            result["instances_per_s"],
+            result["records_per_s"],
+            result["slowest_partition_s"],
+        ]
+    )
+    append_row("restore", row)
+
+
+def add_peers(peers: list[dict[str, Any]], host: dict[str, Any]) -> None:
+    for peer in peers:
+        med = peer.get("median", {})
+        row = _row(
+            [
+                str(peer.get("host", host).get("date_utc", "")).replace("T", " ").rstrip("Z"),
+                machine_line(host),
+                f"{peer.get('peer')} / {peer.get('variant')}",
+                med.get("workflows_per_s"),
+                med.get("activities_per_s"),
+                med.get("p50_ms"),
+                med.get("p99_ms"),
+            ]
+        )
+        append_row("peers", row)
