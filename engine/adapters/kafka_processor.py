@@ -410,6 +410,8 @@ def _drain(consumer: Consumer, pp: PartitionProcessor, name: str) -> int:
         if batch and (len(batch) >= 50_000 or done):
             pp.tables.apply(batch, {name: last})
             batch = {}
+            if not done:
+                log.info("restoring partition %d: %d %s records", pp.partition, restored, name)
         if done:
             return restored
 
