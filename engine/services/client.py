@@ -38,6 +38,7 @@ from engine.core.messages import (
     TerminateWorkflow,
 )
 from engine.core.payloads import Payload, from_payload, to_payload
+from engine.runtime.jsonhistory import failure_to_json
 from engine.runtime.registry import Registry, default_registry
 
 __all__ = [
@@ -297,7 +298,7 @@ class InstanceState:
             "input": _decoded(self.raw.input),
             "output": _decoded(self.raw.output),
             "custom_status": _decoded(self.raw.custom_status),
-            "failure": _failure_dict(self.raw.failure),
+            "failure": failure_to_json(self.raw.failure),
             "parent_instance_id": self.raw.parent_instance_id,
             "tags": self.tags,
         }
@@ -308,18 +309,6 @@ def _decoded(payload: Payload | None) -> Any:
     if isinstance(value, bytes):
         return {"encoding": payload.encoding if payload else "", "size": len(value)}
     return value
-
-
-def _failure_dict(failure: FailureDetails | None) -> dict[str, Any] | None:
-    if failure is None:
-        return None
-    return {
-        "type": failure.type,
-        "message": failure.message,
-        "retryable": failure.retryable,
-        "stack": failure.stack,
-        "cause": _failure_dict(failure.cause),
-    }
 
 
 # --- the client ----------------------------------------------------------------------------

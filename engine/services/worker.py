@@ -38,6 +38,7 @@ from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.messages import ActivityResult, ActivityTask, DeadLetter
 from engine.core.payloads import Payload, from_payload, to_payload
 from engine.runtime.registry import Registry
+from engine.services.records import RawRecord as TaskRecord
 
 __all__ = [
     "ActivityRunner",
@@ -57,17 +58,6 @@ Headers = tuple[tuple[str, bytes], ...]
 
 
 # --- records in and out --------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class TaskRecord:
-    """One record consumed from the activity-tasks topic."""
-
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

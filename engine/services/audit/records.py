@@ -10,19 +10,9 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from engine.core.history import HistoryEvent
+from engine.services.records import RawRecord
 
 __all__ = ["EventFilter", "RawRecord", "ReadProgress"]
-
-
-@dataclass(frozen=True, slots=True)
-class RawRecord:
-    """One record as stored on a topic; ``value`` is None for a tombstone."""
-
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
