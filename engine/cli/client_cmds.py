@@ -33,6 +33,7 @@ def register(subparsers: SubParsers) -> None:
     _register_raise(subparsers)
     _register_simple(subparsers)
     _register_status(subparsers)
+    _register_list(subparsers)
     _register_wait(subparsers)
 
 
@@ -197,6 +198,38 @@ def _status(args: argparse.Namespace) -> int:
             f"check the id and --namespace (a purged instance is gone for good)"
         )
     _print_state(state, args.json)
+    return 0
+
+
+def _register_list(subparsers: SubParsers) -> None:
+    parser = _command(subparsers, "list", "list instances by status, name and creation time", _list)
+    parser.add_argument(
+        "--status",
+        type=str.upper,
+        action="append",
+        choices=[s.value for s in RuntimeStatus],
+        help="only instances in this status (repeatable)",
+    )
+    parser.add_argument("--name", help="only instances of this workflow")
+    parser.add_argument("--since", type=_when, help="only instances created at or after (ISO)")
+    parser.add_argument("--limit", type=int, default=100, help="show at most this many (100)")
+    parser.add_argument("--json", action="store_true", help="print the instances as JSON")
+
+
+def _list(args: argparse.Namespace) -> int:
+    statuses = [RuntimeStatus(s) for s in args.status] if args.status else None
+    with Client.from_settings(settings_from_args(args)) as client:
+        found = client.list_instances(status=statuses, name=args.name, created_after=args.since)
+    found.sort(key=lambda state: state.created, reverse=True)
+    shown = found[: max(args.limit, 0)]
+    if args.json:
+        print(json.dumps([state.to_dict() for state in shown], indent=2, sort_keys=True))
+        return 0
+    for state in shown:
+        created = state.created.isoformat(timespec="seconds")
+        print(f"{state.instance_id}  {state.name}  {state.status.value}  {created}")
+    if len(found) > len(shown):
+        print(f"... {len(found) - len(shown)} more (raise --limit)", file=sys.stderr)
     return 0
 
 

@@ -237,3 +237,23 @@ def test_cli_start_status_and_wait(
     assert _cli("wait", "cli-1", "--timeout", "10", *flags) == 0
     assert "COMPLETED" in capsys.readouterr().out
     assert _cli("wait", "cli-2", "--timeout", "0.3", *flags) == client_cmds.EXIT_TIMEOUT
+
+
+def test_cli_list_filters_by_status_and_name(
+    kafka_bootstrap: str, namespace: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = ("--bootstrap-servers", kafka_bootstrap, "--namespace", namespace)
+    _publish(
+        kafka_bootstrap,
+        topic_names(namespace),
+        [
+            ("l-1", _status("l-1", RuntimeStatus.COMPLETED, 1)),
+            ("l-2", _status("l-2", RuntimeStatus.RUNNING, None)),
+        ],
+    )
+    assert _cli("list", "--status", "completed", "--json", *flags) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [s["instance_id"] for s in listed] == ["l-1"]
+    assert _cli("list", *flags) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert sorted(line.split()[0] for line in lines) == ["l-1", "l-2"]
