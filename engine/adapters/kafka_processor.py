@@ -146,6 +146,7 @@ class ProcessorRunner:
         for pp in self.partitions.values():
             pp.close()
         self.partitions.clear()
+        self._producer.close()
 
     # --- one batch ---------------------------------------------------------------------------
 
