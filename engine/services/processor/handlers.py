@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from engine.core.errors import TurnstileError
 from engine.core.failure import FailureDetails
 from engine.core.history import (
     ChildWorkflowCompleted,
@@ -154,7 +155,8 @@ def begin(pp: PartitionProcessor, item: Loaded, msg: StartWorkflow, now_ms: int)
         start_sequence=meta.next_sequence,
         generation=meta.generation,
     )
-    item.inbox = [Inbound(_started(msg))]
+    meta.version = _resolved_version(pp, msg)
+    item.inbox = [Inbound(_started(msg, meta.version))]
     ttl_floor = now_ms - pp.env.pending_events_ttl_ms
     for event in meta.pending_events:
         if event.received_ms >= ttl_floor:
@@ -163,11 +165,20 @@ def begin(pp: PartitionProcessor, item: Loaded, msg: StartWorkflow, now_ms: int)
     save_meta(pp, meta)
 
 
-def _started(msg: StartWorkflow) -> ExecutionStarted:
+def _resolved_version(pp: PartitionProcessor, msg: StartWorkflow) -> str:
+    """The version the registry picks for the start (an empty version finds the only one),
+    so that history and status say which code ran."""
+    try:
+        return pp.env.registry.get_workflow(msg.name, msg.version).version
+    except TurnstileError:
+        return msg.version  # unknown workflow: the runtime fails the instance and says why
+
+
+def _started(msg: StartWorkflow, version: str) -> ExecutionStarted:
     return ExecutionStarted(
         name=msg.name,
         input=msg.input,
-        version=msg.version,
+        version=version,
         parent_instance_id=msg.parent_instance_id,
         parent_generation=msg.parent_generation,
         parent_task_id=msg.parent_task_id,

@@ -224,3 +224,16 @@ def test_unknown_workflow_fails_alone(pp: PartitionProcessor) -> None:
     assert by_id["x"].status is RuntimeStatus.FAILED
     assert by_id["x"].failure is not None
     assert by_id["a"].status is RuntimeStatus.COMPLETED
+
+
+@registry.workflow(name="versioned", version="2")
+async def versioned(ctx: WorkflowContext, _: Any) -> str:
+    return "v2"
+
+
+def test_history_and_status_name_the_version_that_ran(pp: PartitionProcessor) -> None:
+    out = run_batch(pp, StartWorkflow("v", name="versioned"))
+    started = next(e.body for e in history(out) if type(e.body).__name__ == "ExecutionStarted")
+    assert started.version == "2"
+    (status,) = messages(out, "t.status")
+    assert status.version == "2" and from_payload(status.output) == "v2"
