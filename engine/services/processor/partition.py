@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.codec import decode_history, encode_message, instance_key
-from engine.core.errors import CodecError, TurnstileError
-from engine.core.history import Inbound, RuntimeStatus
+from engine.core.errors import CodecError
+from engine.core.history import Inbound
 from engine.core.messages import DeadLetter, Message
 from engine.runtime.executor import WorkflowExecution
 from engine.runtime.registry import Registry
@@ -71,9 +71,6 @@ class InstanceCache:
 
     def evict(self, instance_id: str) -> None:
         self._items.pop(instance_id, None)
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 @dataclass
@@ -254,8 +251,4 @@ def _decode_key(key: bytes | None) -> str:
         return ""
 
 
-def is_running(meta: InstanceMeta) -> bool:
-    return meta.status in (RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED)
-
-
-__all__ = ["Environment", "InstanceCache", "Loaded", "PartitionProcessor", "TurnstileError"]
+__all__ = ["Counters", "Environment", "InstanceCache", "Loaded", "PartitionProcessor"]
