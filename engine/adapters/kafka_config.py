@@ -113,6 +113,9 @@ def consumer_config(
       (``send_offsets_to_transaction``), exactly when the turn's output commits.
     - ``auto.offset.reset=earliest``: a new group starts from the beginning; nothing durable
       may be skipped because no offset was committed yet.
+    - ``topic.metadata.refresh.interval.ms=10000``: a subscribed topic that the broker's
+      metadata did not show yet (created a moment ago) is picked up within seconds; the
+      default (5 minutes) would leave such a consumer idle that long.
     """
     config = _base(bootstrap_servers, client_id)
     config.update(
@@ -121,6 +124,7 @@ def consumer_config(
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            "topic.metadata.refresh.interval.ms": 10_000,
         }
     )
     config.update(overrides)
