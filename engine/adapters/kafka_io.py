@@ -46,6 +46,7 @@ __all__ = [
     "RecordRejectedError",
     "TransactionalProducer",
     "kafka_error",
+    "log_end_offsets",
     "make_consumer",
     "poll_batch",
     "positions_for",
@@ -433,6 +434,48 @@ def positions_for(consumer: Consumer, partitions: Iterable[TopicPartition]) -> l
     return [
         tp for tp in consumer.position(wanted) if tp.offset != OFFSET_INVALID and tp.offset >= 0
     ]
+
+
+def log_end_offsets(
+    config: dict[str, Any],
+    partitions: Sequence[TopicPartition],
+    *,
+    timeout_s: float = 10.0,
+    attempts: int = 5,
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """``(low watermark, log end offset)`` of each partition, open transactions included.
+
+    A read_committed consumer's watermark query answers with the *last stable offset* as its
+    high mark, which stops at the first transaction still open; records committed after it
+    are then invisible. A reader that must see every committed record compares its position
+    with the end returned here (asked as read_uncommitted) instead. Retried, because a busy
+    or just-elected leader may not answer at once.
+    """
+    probe = Consumer({**config, "isolation.level": "read_uncommitted"})
+    try:
+        return {
+            (tp.topic, tp.partition): _watermarks(probe, tp, timeout_s, attempts)
+            for tp in partitions
+        }
+    finally:
+        probe.close()
+
+
+def _watermarks(
+    consumer: Consumer, tp: TopicPartition, timeout_s: float, attempts: int
+) -> tuple[int, int]:
+    for attempt in range(attempts):
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+            return int(low), int(high)
+        except KafkaException as exc:
+            if attempt == attempts - 1:
+                raise BrokerError(
+                    f"cannot read the offsets of {tp.topic}[{tp.partition}]: {exc}; check that "
+                    f"the broker is reachable and the topics exist (topics apply)"
+                ) from exc
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def wait_for_assignment(

@@ -19,7 +19,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -34,6 +33,7 @@ from engine.adapters.kafka_io import (
     TransactionalProducer,
     poll_batch,
 )
+from engine.adapters.kafka_restore import restore_tables
 from engine.adapters.rocks_store import RocksPartitionStore
 from engine.codec import decode_message
 from engine.core.errors import CodecError, TurnstileError
@@ -81,6 +81,11 @@ class Progress(Counters):
     produce_s: float = 0.0
     offsets_s: float = 0.0
     commit_s: float = 0.0
+    restored_records: int = 0
+    restore_s: float = 0.0
+    #: changelog partitions whose restore had to wait for an open transaction, and how long
+    restore_waits: int = 0
+    restore_wait_s: float = 0.0
 
     def add(self, counters: Counters) -> None:
         for f in fields(Counters):
@@ -113,6 +118,7 @@ class ProcessorRunner:
         self._accepts = _accepted_kinds(self.topics)
         self._num_partitions = settings.partitions
         self._batch_start: dict[tuple[str, int], int] = {}
+        self._stop: threading.Event | None = None
         client_id = f"{settings.namespace}.processor.{settings.replica_id}"
         consumer = consumer_config(
             settings.bootstrap_servers, settings.processor_group, client_id=client_id
@@ -128,6 +134,7 @@ class ProcessorRunner:
     # --- lifecycle --------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
+        self._stop = stop
         inputs = [self.topics.commands, self.topics.activity_results, self.topics.instance_messages]
         self._consumer.subscribe(inputs, on_assign=self._assigned, on_revoke=self._revoked)
         log.info("processor %s consuming %s", self.settings.replica_id, ", ".join(inputs))
@@ -187,10 +194,10 @@ class ProcessorRunner:
             return
         topic, partition = message.topic() or "", message.partition() or 0
         offset = message.offset() or 0
-        self._batch_start.setdefault((topic, partition), offset)
         pp = self.partitions.get(partition)
-        if pp is None:  # pragma: no cover - librdkafka only delivers assigned partitions
+        if pp is None:  # pragma: no cover - a partition that is not restored is paused
             return
+        self._batch_start.setdefault((topic, partition), offset)
         key, value = message.key(), message.value()
         ts = message.timestamp()[1]
         try:
@@ -309,8 +316,16 @@ class ProcessorRunner:
 
     def _assigned(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
         new = sorted({tp.partition for tp in assigned} - set(self.partitions))
-        for p in new:
-            self.partitions[p] = self._open_partition(p)
+        opened = {p: self._open_partition(p) for p in new}
+        try:
+            self._restore(opened)
+        except BaseException:
+            # Never process a partition whose tables are short of the committed end.
+            for pp in opened.values():
+                pp.close()
+            consumer.pause([tp for tp in assigned if tp.partition in opened])
+            raise
+        self.partitions.update(opened)
         if self._on_assigned is not None:
             self._on_assigned(sorted(self.partitions))
 
@@ -329,92 +344,30 @@ class ProcessorRunner:
             / self.settings.replica_id
             / f"p{partition}"
         )
-        store = RocksPartitionStore(path)
-        pp = PartitionProcessor(partition, store, self.env)
-        restore_partition(self.settings, self.topics, pp)
-        return pp
+        return PartitionProcessor(partition, RocksPartitionStore(path), self.env)
 
-
-def restore_partition(settings: Settings, topics: TopicNames, pp: PartitionProcessor) -> int:
-    """Bring a partition's tables up to its changelogs' end before it processes anything."""
-    started = time.monotonic()
-    total = 0
-    for topic, name in ((topics.state_changelog, STATE), (topics.timer_changelog, TIMER)):
-        total += _restore_one(settings, topic, name, pp)
-    log.info(
-        "partition %d restored: %d changelog records in %.2fs",
-        pp.partition,
-        total,
-        time.monotonic() - started,
-    )
-    return total
-
-
-def _restore_one(settings: Settings, topic: str, name: str, pp: PartitionProcessor) -> int:
-    recorded = pp.tables.recorded_offset(name)
-    start = OFFSET_BEGINNING if recorded is None else recorded + 1
-    config = consumer_config(settings.bootstrap_servers, f"{settings.namespace}.restore")
-    config.update({"enable.partition.eof": True, "fetch.wait.max.ms": 10})
-    consumer = Consumer(config)
-    restored = 0
-    try:
-        low, high = _watermarks(consumer, TopicPartition(topic, pp.partition))
-        if recorded is not None and recorded + 1 < low:
-            raise TurnstileError(
-                f"local state of partition {pp.partition} is older than the changelog "
-                f"{topic} retains; delete {settings.state_dir} for this replica and restart"
-            )
-        if high <= (0 if recorded is None else recorded + 1):
-            return 0
-        consumer.assign([TopicPartition(topic, pp.partition, start)])
-        restored = _drain(consumer, pp, name)
-    finally:
-        consumer.close()
-    return restored
-
-
-def _watermarks(consumer: Consumer, tp: TopicPartition, attempts: int = 5) -> tuple[int, int]:
-    """Low and high watermark, retried: a busy or just-elected leader may not answer at once."""
-    for attempt in range(attempts):
-        try:
-            low, high = consumer.get_watermark_offsets(tp, timeout=10)
-            return int(low), int(high)
-        except KafkaException as exc:
-            if attempt == attempts - 1:
-                raise TurnstileError(
-                    f"cannot read the offsets of {tp.topic}[{tp.partition}]: {exc}; check that "
-                    f"the broker is reachable and the topics exist (topics apply)"
-                ) from exc
-            time.sleep(0.5 * (attempt + 1))
-    raise AssertionError("unreachable")
-
-
-def _drain(consumer: Consumer, pp: PartitionProcessor, name: str) -> int:
-    restored = 0
-    batch: dict[bytes, bytes | None] = {}
-    last = -1
-    while True:
-        # consume() waits for its whole timeout unless it fills the batch, even after the
-        # partition-EOF event: a short timeout keeps a restore from costing a second each.
-        messages = consumer.consume(5000, 0.05)
-        done = False
-        for m in messages:
-            err = m.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    done = True
-                    continue
-                raise TurnstileError(f"restoring partition {pp.partition}: {err}")
-            batch[m.key() or b""] = m.value()
-            last = m.offset() or 0
-            restored += 1
-        if batch and (len(batch) >= 50_000 or done):
-            pp.tables.apply(batch, {name: last})
-            batch = {}
-            if not done:
-                log.info("restoring partition %d: %d %s records", pp.partition, restored, name)
-        if done:
-            return restored
+    def _restore(self, opened: dict[int, PartitionProcessor]) -> None:
+        """Read every changelog of the new partitions to its committed end (kafka_restore)."""
+        if not opened:
+            return
+        changelogs = [(self.topics.state_changelog, STATE), (self.topics.timer_changelog, TIMER)]
+        report = restore_tables(
+            self.settings,
+            {p: changelogs for p in opened},
+            {p: pp.tables for p, pp in opened.items()},
+            stop=self._stop,
+        )
+        self.progress.restored_records += report.records
+        self.progress.restore_s += report.seconds
+        self.progress.restore_waits += len(report.waits)
+        self.progress.restore_wait_s += report.waited_s
+        log.info(
+            "partitions %s restored: %d changelog records in %.2fs%s",
+            sorted(opened),
+            report.records,
+            report.seconds,
+            f" ({report.waited_s:.1f}s waiting for open transactions)" if report.waits else "",
+        )
 
 
 def _accepted_kinds(topics: TopicNames) -> dict[str, frozenset[type]]:

@@ -4,6 +4,7 @@ tables from the changelogs, and the workflows that were waiting complete, nothin
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -101,7 +102,12 @@ def test_a_fresh_replica_takes_over_and_nothing_is_lost(
 
         log = new.current_log()
         restored = [line for line in log.splitlines() if " restored: " in line]
-        assert len(restored) >= PARTITIONS, log[-3000:]
+        owned = {
+            int(p)
+            for line in restored
+            for p in re.findall(r"\d+", line.split("[")[1].split("]")[0])
+        }
+        assert owned == set(range(PARTITIONS)), log[-3000:]
         assert any(" restored: 0 " not in line for line in restored), "state came from changelogs"
         assert not old.alive and new.alive
 
