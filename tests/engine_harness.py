@@ -41,6 +41,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # no
 
 from engine.adapters.kafka_admin import admin_for, apply  # noqa: E402
 from engine.adapters.kafka_config import consumer_config, producer_config  # noqa: E402
+from engine.adapters.kafka_io import log_end_offsets  # noqa: E402
 from engine.client import Client  # noqa: E402
 from engine.codec import decode_history, decode_message, encode_message  # noqa: E402
 from engine.core.history import HistoryEvent  # noqa: E402
@@ -71,8 +72,9 @@ class Record:
 def read_topic(
     bootstrap: str, topic: str, partitions: int | None = None, timeout: float = READ_TIMEOUT
 ) -> list[Record]:
-    """Every committed record of ``topic`` (read_committed), from the start to the end as of
-    now, in partition then offset order."""
+    """Every committed record of ``topic`` (read_committed), from the start to the log end as
+    of now (waiting while an open transaction holds the last stable offset short of it), in
+    partition then offset order."""
     consumer = Consumer(
         consumer_config(
             bootstrap,
@@ -84,7 +86,9 @@ def read_topic(
         if partitions is None:
             meta = consumer.list_topics(topic, timeout=timeout).topics[topic]
             partitions = len(meta.partitions)
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        wanted = [TopicPartition(topic, p, 0) for p in range(partitions)]
+        ends = log_end_offsets(consumer_config(bootstrap, "harness-reader"), wanted)
+        consumer.assign(wanted)
         pending = set(range(partitions))
         out: list[Record] = []
         deadline = time.monotonic() + timeout
@@ -95,7 +99,8 @@ def read_topic(
                 error = m.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
-                        pending.discard(m.partition())
+                        if (m.offset() or 0) >= ends[(topic, m.partition() or 0)][1]:
+                            pending.discard(m.partition())
                         continue
                     if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                         continue

@@ -26,7 +26,7 @@ from confluent_kafka import (
 )
 
 from engine.adapters.kafka_config import consumer_config, producer_config
-from engine.adapters.kafka_io import poll_batch
+from engine.adapters.kafka_io import log_end_offsets, poll_batch
 from engine.core.errors import BrokerError
 from engine.services.client import StatusView
 
@@ -152,7 +152,16 @@ class KafkaStatusReader:
         except BrokerError:
             self._consumer.close()
             raise
-        self._pending_eof = set(range(partitions))
+        # The view is ready once every partition was read to its log end as of now: a
+        # read_committed reader's partition EOF alone can stop short of it, at a transaction
+        # that is still open (kafka_io.log_end_offsets).
+        wanted = [TopicPartition(topic, p) for p in range(partitions)]
+        try:
+            ends = log_end_offsets(config, wanted)
+        except BrokerError:
+            self._consumer.close()
+            raise
+        self._ready_at = {p: ends[(topic, p)][1] for p in range(partitions)}
         # Offset 0 rather than OFFSET_BEGINNING: the logical offset costs an offset lookup
         # that librdkafka answers ~0.5 s late; if the log starts later (records deleted),
         # auto.offset.reset=earliest resolves it anyway.
@@ -181,9 +190,10 @@ class KafkaStatusReader:
             self.view.apply_record(message.key(), message.value())
             return
         if error.code() == KafkaError._PARTITION_EOF:
-            if self._pending_eof:
-                self._pending_eof.discard(message.partition() or 0)
-                if not self._pending_eof:
+            partition = message.partition() or 0
+            if partition in self._ready_at and (message.offset() or 0) >= self._ready_at[partition]:
+                del self._ready_at[partition]
+                if not self._ready_at:
                     self.view.mark_ready()
             return
         if error.fatal():

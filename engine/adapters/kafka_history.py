@@ -3,9 +3,11 @@
 An audit needs a consistent, complete read: ``read_committed`` (records of aborted or still
 open transactions are never seen), explicit partition assignment (no consumer group
 membership, no committed offsets: auditing changes nothing), and a definite end: each
-partition is read up to its end as of the start of the read (partition EOF, or the high
-watermark captured up front, whichever comes first), so a busy topic cannot keep the read
-going forever.
+partition is read up to its log end offset as of the start of the read, so a busy topic
+cannot keep the read going forever. That end is asked as a read_uncommitted reader sees it:
+a read_committed reader's own end (the last stable offset) stops at the first transaction
+still open, and records committed after it would be missed. While such a transaction is open
+the read waits for it (it ends at the latest at the broker's transaction timeout).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from engine.adapters.kafka_client import partition_count
 from engine.adapters.kafka_config import consumer_config
-from engine.adapters.kafka_io import poll_batch
+from engine.adapters.kafka_io import log_end_offsets, poll_batch
 from engine.codec import decode_history
 from engine.core.errors import BrokerError, CodecError
 from engine.core.history import HistoryEvent
@@ -125,13 +127,19 @@ class TopicReader:
         start: Mapping[int, int],
         since_ms: int | None,
     ) -> dict[int, tuple[int, int]]:
-        """Per partition: the first offset to read and the high watermark now."""
+        """Per partition: the first offset to read and the log end offset now."""
         out = {}
+        config = consumer_config(
+            self.settings.bootstrap_servers,
+            f"{self.settings.namespace}.audit",
+            **self.settings.extra_kafka,
+        )
+        ends = log_end_offsets(
+            config, [TopicPartition(topic, p) for p in partitions], timeout_s=_METADATA_TIMEOUT_S
+        )
         try:
             for p in partitions:
-                low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(topic, p), _METADATA_TIMEOUT_S
-                )
+                low, high = ends[(topic, p)]
                 first = max(low, start.get(p, low))
                 if since_ms is not None and p not in start:
                     first = max(first, self._offset_at(topic, p, since_ms, high))
@@ -160,7 +168,8 @@ class TopicReader:
             elif time.monotonic() - last_activity > self.stall_timeout_s:
                 raise BrokerError(
                     f"reading {topic} stalled: no record for {self.stall_timeout_s:.0f}s with "
-                    f"partitions {sorted(pending)} unfinished; check that the brokers are up"
+                    f"partitions {sorted(pending)} unfinished; check that the brokers are up, "
+                    f"or wait until an open transaction on them ends and read again"
                 )
             for message in messages:
                 record = self._record(topic, message, pending, positions)
@@ -182,7 +191,17 @@ class TopicReader:
         if error is not None:
             if error.code() == KafkaError._PARTITION_EOF:
                 positions[partition] = offset
-                pending.pop(partition, None)
+                if partition in pending and offset >= pending[partition]:
+                    pending.pop(partition)
+                elif partition in pending:
+                    log.info(
+                        "%s[%d]: waiting for an open transaction (committed records read up "
+                        "to %d, the log ends at %d)",
+                        topic,
+                        partition,
+                        offset,
+                        pending[partition],
+                    )
                 return None
             raise _broker_error(topic, KafkaException(error))
         if partition not in pending:

@@ -13,7 +13,12 @@ librdkafka's transactional API asks of its callers, so that every caller reacts 
   whatever it left open - librdkafka has no KIP-890 to make a timed-out commit safe to
   retry) and raise :class:`AbortedTransaction`;
 - being *fenced* raises :class:`ProducerFencedError`: another process now owns this
-  ``transactional.id``, so this one must stop rather than fence it back.
+  ``transactional.id``, so this one must stop rather than fence it back;
+- a blocking call (``init_transactions``, ``send_offsets_to_transaction``,
+  ``commit_transaction``, ``abort_transaction``) that does not return by its deadline is
+  abandoned with its producer (:mod:`engine.adapters.kafka_deadline`): the producer is
+  recreated and :class:`AbortedTransaction` raised, or the process ends itself when even that
+  is stuck.
 
 The consumer helpers build a consumer, read its positions for
 ``send_offsets_to_transaction`` and wait, bounded, for a group assignment.
@@ -25,7 +30,8 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from functools import partial
+from typing import Any, NoReturn, TypeVar
 
 from confluent_kafka import (
     OFFSET_INVALID,
@@ -37,6 +43,11 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from engine.adapters.kafka_deadline import (
+    CallDeadlineExceeded,
+    DeadlineCaller,
+    end_process_stuck,
+)
 from engine.core.errors import BrokerError
 
 __all__ = [
@@ -115,11 +126,14 @@ class TransactionalProducer:
         timeout_s: float = 10.0,
         *,
         producer_factory: Callable[[dict[str, Any]], Producer] = Producer,
+        deadline_grace_s: float = 5.0,
+        on_stuck: Callable[[str], NoReturn] = end_process_stuck,
     ) -> None:
         self._config = {**config, "transactional.id": transactional_id}
         self.transactional_id = transactional_id
         self.timeout_s = timeout_s
         self._factory = producer_factory
+        self._calls = DeadlineCaller(transactional_id, grace_s=deadline_grace_s, on_stuck=on_stuck)
         self._producer = self._new_producer()
         self._open = False
         self._delivered: list[Delivered] = []
@@ -132,7 +146,14 @@ class TransactionalProducer:
     def _new_producer(self) -> Producer:
         producer = self._factory(self._config)
         try:
-            producer.init_transactions(self.timeout_s)
+            self._calls.call(
+                "init_transactions",
+                self.timeout_s,
+                lambda: producer.init_transactions(self.timeout_s),
+            )
+        except CallDeadlineExceeded as exc:
+            # A fresh producer that cannot even initialise: nothing left to recreate.
+            self._calls.on_stuck(f"a new producer could not initialise transactions: {exc}")
         except KafkaException as exc:
             raise BrokerError(
                 f"could not initialise transactions for transactional.id "
@@ -142,16 +163,21 @@ class TransactionalProducer:
             ) from exc
         return producer
 
-    def _recreate(self, reason: str) -> None:
-        """Replace the producer; the new one's init_transactions fences the old one."""
+    def _recreate(self, reason: str, *, stuck: bool = False) -> None:
+        """Replace the producer; the new one's init_transactions fences the old one.
+
+        A ``stuck`` producer (a call on it passed its deadline) is left alone: another thread
+        is still inside it.
+        """
         log.warning("recreating transactional producer %s: %s", self.transactional_id, reason)
         self._open = False
         old = self._producer
-        try:
-            old.purge(True, True, False)
-            old.close()
-        except (KafkaException, RuntimeError) as exc:
-            log.debug("closing the old producer failed (ignored): %s", exc)
+        if not stuck:
+            try:
+                old.purge(True, True, False)
+                old.close()
+            except (KafkaException, RuntimeError) as exc:
+                log.debug("closing the old producer failed (ignored): %s", exc)
         self._producer = self._new_producer()
         self.recreated += 1
 
@@ -163,6 +189,7 @@ class TransactionalProducer:
             except BrokerError as exc:
                 log.warning("abort on close failed: %s", exc)
         self._producer.close()
+        self._calls.close()
 
     @property
     def in_transaction(self) -> bool:
@@ -270,8 +297,14 @@ class TransactionalProducer:
         self._require_open("abort")
         deadline = time.monotonic() + self.timeout_s
         while True:
+            budget = max(deadline - time.monotonic(), 0.001)
             try:
-                self._producer.abort_transaction(max(deadline - time.monotonic(), 0.001))
+                self._calls.call(
+                    "abort_transaction", budget, partial(self._producer.abort_transaction, budget)
+                )
+                break
+            except CallDeadlineExceeded as exc:
+                self._recreate(str(exc), stuck=True)
                 break
             except KafkaException as exc:
                 error = kafka_error(exc)
@@ -294,8 +327,14 @@ class TransactionalProducer:
         """Run a transactional call, retrying retriable errors within the time budget."""
         deadline = time.monotonic() + self.timeout_s
         while True:
+            budget = max(deadline - time.monotonic(), 0.001)
             try:
-                return call(max(deadline - time.monotonic(), 0.001))
+                return self._calls.call(what, budget, partial(call, budget))
+            except CallDeadlineExceeded as exc:
+                self._recreate(str(exc), stuck=True)
+                raise AbortedTransaction(
+                    f"{exc}; the producer was recreated, which aborts the transaction"
+                ) from exc
             except KafkaException as exc:
                 error = kafka_error(exc)
                 self._raise_if_fenced(error)
