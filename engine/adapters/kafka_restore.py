@@ -62,8 +62,9 @@ class RestoreInterrupted(TurnstileError):
 
 @dataclass
 class RestoreReport:
-    """What a restore did: records applied, seconds spent, and seconds spent waiting for open
-    transactions (the time the committed end lay beyond the last stable offset)."""
+    """What a restore did: records applied, seconds spent, and the longest wait for an open
+    transaction (waits of several changelog partitions overlap, so the longest is what the
+    restore lost to them)."""
 
     records: int = 0
     seconds: float = 0.0
@@ -233,7 +234,7 @@ def _finish_wait(changelog: _Changelog, report: RestoreReport) -> None:
     if changelog.waiting_since is None:
         return
     waited = time.monotonic() - changelog.waiting_since
-    report.waited_s += waited
+    report.waited_s = max(report.waited_s, waited)
     log.info("restoring %s: the open transaction ended after %.1fs", changelog.label, waited)
     changelog.waiting_since = None
 

@@ -10,6 +10,7 @@ tables must then equal what ``audit state`` derives from the history topic.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -31,8 +32,9 @@ EARLY = 8
 LATE = 8
 
 
-def _zombie(bootstrap: str, topic: str) -> Producer:
-    """A transactional producer that leaves a transaction open on every changelog partition."""
+def _zombie(bootstrap: str, *topics: str, partitions: int = PARTITIONS) -> Producer:
+    """A transactional producer that leaves a transaction open on every partition of
+    ``topics`` (changelogs)."""
     config = producer_config(bootstrap, client_id="zombie")
     config.update(
         {"transactional.id": f"zombie-{uuid.uuid4().hex}", "transaction.timeout.ms": 300_000}
@@ -40,8 +42,9 @@ def _zombie(bootstrap: str, topic: str) -> Producer:
     zombie = Producer(config)
     zombie.init_transactions(30)
     zombie.begin_transaction()
-    for p in range(PARTITIONS):
-        zombie.produce(topic, key=keys.meta_key("never-committed"), value=b"stale", partition=p)
+    for topic in topics:
+        for p in range(partitions):
+            zombie.produce(topic, key=keys.meta_key("never-committed"), value=b"stale", partition=p)
     assert zombie.flush(30) == 0
     return zombie
 
@@ -123,3 +126,95 @@ def test_a_replica_does_not_restore_short_of_an_open_transaction(
         assert main(["history", "verify", "--all", *cli]) == 0
         replica = ["--state-dir", str(tmp_path / "processor-1"), "--replica-id", "processor-1"]
         assert main(["audit", "state", *replica, *cli]) == 0
+
+
+def _restores(process: EngineProcess) -> int:
+    return process.current_log().count(" restored: ")
+
+
+@pytest.mark.slow
+def test_partitions_move_across_three_replicas_killed_with_open_transactions(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Replicas are SIGKILLed mid-load, one right after it took over the partitions of the
+    first, so takeovers happen while the dead replicas' transactions are still open; a replica
+    with an empty state folder joins last. Nothing may fork, be lost or be applied twice."""
+    with running_engine(
+        kafka_bootstrap, partitions=6, replicas=3, in_process=False, state_dir=tmp_path
+    ) as engine:
+        client = engine.client
+        procs = {name: engine.processors[name] for name in ("processor-0", "processor-1")}
+        for proc in engine.processors.values():
+            assert isinstance(proc, EngineProcess)
+            proc.wait_for_log(" restored: ")
+        expected: dict[str, object] = {}
+        waiting: list[str] = []
+
+        def burst(base: int) -> None:
+            for i in range(base, base + 60):
+                expected[client.start("chain3.activities", i, flush=False)] = i + 3
+            for i in range(base, base + 10):
+                instance = client.start(
+                    "t.timer_then_activity", {"sleep": 1.0, "x": i}, flush=False
+                )
+                expected[instance] = i + 1
+                waiting.append(client.start("t.wait_event", {"n": i}, flush=False))
+            client.flush()
+
+        burst(0)
+        first, second = procs["processor-0"], procs["processor-1"]
+        assert isinstance(first, EngineProcess) and isinstance(second, EngineProcess)
+        wait_until(lambda: _completed(engine, expected) >= 20, 90, what="work to flow")
+        before = _restores(second)
+        burst(1000)
+        # besides the transactions the kills leave open, hold one open on every changelog
+        # partition for a while, so that every takeover below meets one
+        topics = engine.topics
+        zombie = _zombie(
+            engine.bootstrap, topics.state_changelog, topics.timer_changelog, partitions=6
+        )
+        threading.Timer(12.0, zombie.abort_transaction, args=(30,)).start()
+        first.kill()  # busy: its last transaction stays open until the broker aborts it
+        wait_until(lambda: _restores(second) > before, 90, what="processor-1 to take over")
+        burst(2000)
+        time.sleep(1.0)
+        second.kill()  # right after its takeover, while it works on the new burst
+        fresh = engine.start_processor("processor-3", state_dir=tmp_path / "processor-3")
+        burst(3000)
+        assert isinstance(fresh, EngineProcess)
+        fresh.wait_for_log(" restored: ")
+        for n, instance in enumerate(waiting):
+            client.raise_event(instance, "go", n)
+            expected[instance] = None
+        for instance, output in expected.items():
+            state = engine.wait_for_completion(instance, 180)
+            assert state.status is RuntimeStatus.COMPLETED, (state.failure, engine.logs())
+            if output is not None:
+                assert state.output == output
+        records = engine.history_records()
+        problems = [
+            p for instance in expected for p in history_problems(instance, records[instance])
+        ]
+        assert not problems, "\n".join(problems[:20])
+        for instance in waiting:
+            raised = [e for _, e in records[instance] if isinstance(e.body, EventRaised)]
+            assert len(raised) == 1, f"{instance}: the event was applied {len(raised)} times"
+        cli = ["--bootstrap-servers", engine.bootstrap, "--namespace", engine.namespace, "--quiet"]
+        assert main(["history", "verify", "--all", *cli]) == 0
+        assert main(["audit", "state", *cli]) == 0
+        waits = sum(
+            p.current_log().count("waits for an open transaction") for p in procs_all(engine)
+        )
+        print(f"restores that waited for an open transaction: {waits}")
+
+
+def procs_all(engine: object) -> list[EngineProcess]:
+    return [p for p in engine.processors.values() if isinstance(p, EngineProcess)]  # type: ignore[attr-defined]
+
+
+def _completed(engine: object, instances: dict[str, object]) -> int:
+    done = 0
+    for instance in instances:
+        state = engine.client.get(instance)  # type: ignore[attr-defined]
+        done += state is not None and state.status is RuntimeStatus.COMPLETED
+    return done
