@@ -26,12 +26,19 @@ import os
 import queue
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, NoReturn, TypeVar
 
 from engine.core.errors import BrokerError
 
-__all__ = ["STUCK_EXIT_CODE", "CallDeadlineExceeded", "DeadlineCaller", "end_process_stuck"]
+__all__ = [
+    "STUCK_EXIT_CODE",
+    "CallDeadlineExceeded",
+    "DeadlineCaller",
+    "close_within",
+    "end_process_stuck",
+    "ends_process_if_stuck",
+]
 
 log = logging.getLogger(__name__)
 
@@ -151,3 +158,48 @@ class DeadlineCaller:
         if self._thread is not None:
             self._thread.retire()
             self._thread = None
+
+
+def close_within(what: str, close: Callable[[], object], timeout_s: float) -> bool:
+    """Close a Kafka client on a helper thread, waiting at most ``timeout_s`` for it.
+
+    ``Producer.close()`` flushes with no timeout and ``Consumer.close()`` leaves the group;
+    against a broker that stopped answering either can block far longer than a stop may take.
+    A close that does not finish in time is left to finish (or not) on its own daemon thread;
+    returns whether it finished.
+    """
+
+    def run() -> None:
+        try:
+            close()
+        except Exception as exc:  # the client goes away either way
+            log.debug("%s failed (ignored): %s", what, exc)
+
+    thread = threading.Thread(target=run, name=f"close-{what}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        log.warning("%s did not finish within %.0fs; leaving it behind", what, timeout_s)
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def ends_process_if_stuck(
+    what: str, timeout_s: float, on_stuck: Callable[[str], object] = end_process_stuck
+) -> Iterator[None]:
+    """End the process (:func:`end_process_stuck`) if the block takes longer than ``timeout_s``.
+
+    For shutdown steps that must run on the calling thread - closing a processor's consumer
+    runs its revocation callback, which commits and writes the partitions' tables - and may
+    block on a broker that stopped answering.
+    """
+    watchdog = threading.Timer(
+        timeout_s, on_stuck, args=(f"{what} did not finish within {timeout_s:.0f}s",)
+    )
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        yield
+    finally:
+        watchdog.cancel()

@@ -46,6 +46,7 @@ from confluent_kafka import (
 from engine.adapters.kafka_deadline import (
     CallDeadlineExceeded,
     DeadlineCaller,
+    close_within,
     end_process_stuck,
 )
 from engine.core.errors import BrokerError
@@ -175,9 +176,10 @@ class TransactionalProducer:
         if not stuck:
             try:
                 old.purge(True, True, False)
-                old.close()
             except (KafkaException, RuntimeError) as exc:
-                log.debug("closing the old producer failed (ignored): %s", exc)
+                log.debug("purging the old producer failed (ignored): %s", exc)
+            # close() flushes without a timeout: never let it hold up the new producer
+            close_within(f"closing the old producer {self.transactional_id}", old.close, 1.0)
         self._producer = self._new_producer()
         self.recreated += 1
 
@@ -188,7 +190,9 @@ class TransactionalProducer:
                 self.abort()
             except BrokerError as exc:
                 log.warning("abort on close failed: %s", exc)
-        self._producer.close()
+        close_within(
+            f"closing producer {self.transactional_id}", self._producer.close, self.timeout_s
+        )
         self._calls.close()
 
     @property

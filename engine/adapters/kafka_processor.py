@@ -27,6 +27,7 @@ from confluent_kafka import (
 )
 
 from engine.adapters.kafka_config import consumer_config, transactional_producer_config
+from engine.adapters.kafka_deadline import ends_process_if_stuck
 from engine.adapters.kafka_io import (
     AbortedTransaction,
     Delivered,
@@ -58,6 +59,8 @@ log = logging.getLogger("engine.processor")
 
 STATE = "state"
 TIMER = "timer"
+#: How long closing may take (leaving the group, a last commit) before the process ends itself.
+CLOSE_S = 60.0
 
 #: Low fetch wait for latency; a short session so a crashed replica's partitions move on
 #: quickly; heartbeats well inside it.
@@ -146,14 +149,15 @@ class ProcessorRunner:
 
     def close(self) -> None:
         log.info("processor %s stopping: %s", self.settings.replica_id, self.progress)
-        try:
-            self._consumer.close()
-        except (KafkaException, RuntimeError) as exc:  # pragma: no cover - best effort
-            log.warning("closing consumer: %s", exc)
-        for pp in self.partitions.values():
-            pp.close()
-        self.partitions.clear()
-        self._producer.close()
+        with ends_process_if_stuck(f"stopping processor {self.settings.replica_id}", CLOSE_S):
+            try:
+                self._consumer.close()
+            except (KafkaException, RuntimeError) as exc:  # pragma: no cover - best effort
+                log.warning("closing consumer: %s", exc)
+            for pp in self.partitions.values():
+                pp.close()
+            self.partitions.clear()
+            self._producer.close()
 
     # --- one batch ---------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from engine.adapters.kafka_config import consumer_config, transactional_producer_config
+from engine.adapters.kafka_deadline import ends_process_if_stuck
 from engine.adapters.kafka_io import (
     AbortedTransaction,
     RecordRejectedError,
@@ -52,6 +53,8 @@ _MAX_BATCH = 500
 _RETRY_MAX_S = 5.0
 _RECOVERY_S = 60.0
 _ERROR_LOG_EVERY_S = 30.0
+#: How long closing may take (leaving the group) before the process ends itself.
+CLOSE_S = 60.0
 
 
 def worker_transactional_id(namespace: str, worker_id: str) -> str:
@@ -345,14 +348,15 @@ class KafkaWorker:
             )
 
     def _close(self) -> None:
-        if self._consumer is not None:
-            try:
-                self._consumer.close()
-            except Exception as exc:  # closing must not hide the error that ended the loop
-                log.warning("closing the consumer failed: %s", exc)
-        if self._producer is not None:
-            try:
-                self._producer.close()
-            except Exception as exc:
-                log.warning("closing the producer failed: %s", exc)
+        with ends_process_if_stuck(f"stopping worker {self.worker_id}", CLOSE_S):
+            if self._consumer is not None:
+                try:
+                    self._consumer.close()
+                except Exception as exc:  # closing must not hide the error that ended the loop
+                    log.warning("closing the consumer failed: %s", exc)
+            if self._producer is not None:
+                try:
+                    self._producer.close()
+                except Exception as exc:
+                    log.warning("closing the producer failed: %s", exc)
         self.worker.shutdown()

@@ -20,7 +20,7 @@ from engine.cli.options import (
     settings_from_args,
 )
 from engine.cli.run_group import run_subparsers
-from engine.cli.worker_cmd import import_modules, stop_on_signals
+from engine.cli.worker_cmd import STOP_GRACE_S, import_modules, stop_on_signals
 from engine.runtime.registry import default_registry
 from engine.services.config import Settings
 
@@ -95,7 +95,7 @@ def _run_all(args: argparse.Namespace) -> int:
     worker_thread = threading.Thread(target=worker.run, args=(stop,), name="worker")
     runner = ProcessorRunner(settings, default_registry)
     reporter = threading.Thread(target=report_progress, args=(runner, stop), daemon=True)
-    with stop_on_signals(stop):
+    with stop_on_signals(stop, STOP_GRACE_S + worker.shutdown_timeout_s):
         worker_thread.start()
         reporter.start()
         try:

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
+from engine.adapters.kafka_deadline import end_process_stuck
 from engine.adapters.kafka_worker import KafkaWorker
 from engine.cli import SubParsers
 from engine.cli.options import (
@@ -30,7 +31,10 @@ from engine.cli.run_group import run_subparsers
 from engine.core.errors import ConfigurationError
 from engine.runtime.registry import default_registry
 
-__all__ = ["import_modules", "register", "stop_on_signals"]
+__all__ = ["STOP_GRACE_S", "import_modules", "register", "stop_on_signals"]
+
+#: How long a process may take to stop after SIGTERM before it ends itself.
+STOP_GRACE_S = 30.0
 
 log = logging.getLogger(__name__)
 
@@ -79,14 +83,24 @@ def import_modules(names: Iterable[str]) -> list[str]:
 
 
 @contextmanager
-def stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """Set ``stop`` on SIGTERM and SIGINT (a second signal exits at once)."""
+def stop_on_signals(stop: threading.Event, grace_s: float = STOP_GRACE_S) -> Iterator[None]:
+    """Set ``stop`` on SIGTERM and SIGINT (a second signal exits at once).
+
+    A process that has not stopped ``grace_s`` seconds after the first signal ends itself
+    with a log line (exit status 75): a stop must never hang, whatever a Kafka call or an
+    activity does meanwhile.
+    """
 
     def handle(signum: int, frame: FrameType | None) -> None:
         if stop.is_set():
             raise KeyboardInterrupt
-        log.info("received %s, stopping", signal.Signals(signum).name)
+        name = signal.Signals(signum).name
+        log.info("received %s, stopping (at most %.0fs)", name, grace_s)
         stop.set()
+        reason = f"still running {grace_s:.0f}s after {name}"
+        watchdog = threading.Timer(grace_s, end_process_stuck, args=(reason,))
+        watchdog.daemon = True  # a process that did stop in time exits without waiting for it
+        watchdog.start()
 
     previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -109,7 +123,7 @@ def _run_worker(args: argparse.Namespace) -> int:
     log.info("activities: %s", ", ".join(names))
     worker = KafkaWorker(settings, default_registry, shutdown_timeout_s=args.shutdown_timeout)
     stop = threading.Event()
-    with stop_on_signals(stop):
+    with stop_on_signals(stop, STOP_GRACE_S + args.shutdown_timeout):
         worker.run(stop)
     if worker.worker.running:
         # Threads running user code cannot be interrupted; do not hang the exit on them.

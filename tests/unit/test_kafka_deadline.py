@@ -11,7 +11,12 @@ import pytest
 from confluent_kafka import TopicPartition
 from test_kafka_io_errors import Factory, FakeProducer
 
-from engine.adapters.kafka_deadline import CallDeadlineExceeded, DeadlineCaller
+from engine.adapters.kafka_deadline import (
+    CallDeadlineExceeded,
+    DeadlineCaller,
+    close_within,
+    ends_process_if_stuck,
+)
 from engine.adapters.kafka_io import AbortedTransaction, TransactionalProducer
 
 
@@ -127,3 +132,25 @@ def test_a_new_producer_that_cannot_initialise_ends_the_process() -> None:
         )  # fmt: skip
     release.set()
     assert factory.made == []
+
+
+def test_a_close_that_hangs_is_left_behind() -> None:
+    release = threading.Event()
+    assert close_within("closing a client", lambda: None, 1.0)
+    assert not close_within("closing a client", release.wait, 0.05)
+    release.set()
+
+
+def test_a_shutdown_step_past_its_bound_ends_the_process() -> None:
+    reasons: list[str] = []
+    ended = threading.Event()
+
+    def record(reason: str) -> None:
+        reasons.append(reason)
+        ended.set()
+
+    with ends_process_if_stuck("stopping fast", 5.0, on_stuck=record):
+        pass
+    with ends_process_if_stuck("stopping slowly", 0.05, on_stuck=record):
+        assert ended.wait(5.0)
+    assert reasons == ["stopping slowly did not finish within 0s"]

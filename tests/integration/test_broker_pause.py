@@ -1,0 +1,114 @@
+"""A broker that stops answering (SIGSTOP) while a processor is inside its transactional calls.
+
+librdkafka does not always honour the timeouts of its blocking transactional calls
+(``send_offsets_to_transaction`` can block for good), and a process whose main thread is stuck
+in one cannot even run its SIGTERM handler. The engine enforces deadlines itself: a processor
+on a paused broker either rides it out or ends itself with a clear log line, and SIGTERM stops
+it within its grace period. Nothing is lost or applied twice either way.
+
+This test runs its own broker: pausing the shared one would stall every other test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from engine_harness import (
+    EngineProcess,
+    RunningEngine,
+    history_problems,
+    running_engine,
+    wait_until,
+)
+
+from engine.adapters.local_kafka import LocalKafka
+from engine.core.history import RuntimeStatus
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+#: A processor's deadlines: a transactional call (10 s) plus the engine's grace (5 s), then a
+#: new producer's init_transactions (10 s + 5 s); the bound below only guards against a hang.
+HANG = 120.0
+
+
+def _load(engine: RunningEngine, base: int, expected: dict[str, int]) -> None:
+    for i in range(base, base + 150):
+        expected[engine.client.start("chain3.activities", i, flush=False)] = i + 3
+    engine.client.flush()
+
+
+def _completed(engine: RunningEngine, expected: dict[str, int]) -> int:
+    done = 0
+    for instance in expected:
+        state = engine.client.get(instance)
+        done += state is not None and state.status is RuntimeStatus.COMPLETED
+    return done
+
+
+def _clear_exit(proc: EngineProcess) -> None:
+    """A processor that ended by itself said why, and was not SIGKILLed by the harness."""
+    assert proc.returncode not in (None, -signal.SIGKILL), proc.log_tail()
+    log = proc.current_log()
+    assert "did not return within" in log or "could not initialise" in log or "stopping" in log, (
+        proc.log_tail()
+    )
+
+
+def test_a_processor_on_a_paused_broker_recovers_or_exits_and_obeys_sigterm(
+    tmp_path: Path,
+) -> None:
+    broker = LocalKafka(tmp_path / "broker")
+    bootstrap = broker.start(timeout=120.0, fresh=True)
+    pid = broker.status().pid
+    assert pid is not None
+    try:
+        with running_engine(
+            bootstrap, partitions=2, in_process=False, state_dir=tmp_path / "state"
+        ) as engine:
+            proc = engine.processors["processor-0"]
+            assert isinstance(proc, EngineProcess)
+            proc.wait_for_log(" restored: ")
+            expected: dict[str, int] = {}
+
+            # 1. a pause longer than every deadline: the processor rides it out or ends itself
+            _load(engine, 0, expected)
+            wait_until(lambda: _completed(engine, expected) >= 10, 60, what="work to flow")
+            _load(engine, 1000, expected)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(30.0)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            if not proc.alive:
+                _clear_exit(proc)
+                proc.start()  # as its supervisor would
+            proc.wait_for_log(" restored: ")
+
+            # 2. SIGTERM while the broker is paused: the processor stops within its grace
+            _load(engine, 2000, expected)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(3.0)
+                proc.request_stop()
+                proc.wait(HANG)
+                _clear_exit(proc)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            proc.start()
+
+            for instance, output in expected.items():
+                state = engine.wait_for_completion(instance, 180)
+                assert (state.status, state.output) == (RuntimeStatus.COMPLETED, output), (
+                    state.failure,
+                    engine.logs(),
+                )
+            records = engine.history_records()
+            problems = [p for i in expected for p in history_problems(i, records[i])]
+            assert not problems, "\n".join(problems[:20])
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        broker.stop()
