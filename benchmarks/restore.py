@@ -34,14 +34,14 @@ from engine.adapters.kafka_config import transactional_producer_config
 from engine.adapters.kafka_io import TransactionalProducer
 from engine.adapters.kafka_processor import restore_partition
 from engine.adapters.rocks_store import RocksPartitionStore
+from engine.config.settings import Settings
+from engine.config.topics import TopicNames, topic_names
 from engine.core.history import RuntimeStatus
 from engine.core.keys import murmur2_partition
 from engine.core.messages import StartWorkflow
 from engine.core.payloads import from_payload, to_payload
 from engine.runtime.registry import default_registry
-from engine.services.config import Settings
 from engine.services.processor.partition import Environment, PartitionProcessor
-from engine.services.topics import TopicNames, topic_names
 
 WORKFLOW = "chain3.inline"
 NOW_MS = 1_764_460_800_000

@@ -36,6 +36,8 @@ from engine.adapters.kafka_io import (
 )
 from engine.adapters.rocks_store import RocksPartitionStore
 from engine.codec import decode_message
+from engine.config.settings import Settings
+from engine.config.topics import TopicNames, topic_names
 from engine.core.errors import CodecError, TurnstileError
 from engine.core.keys import murmur2_partition
 from engine.core.messages import (
@@ -50,9 +52,7 @@ from engine.core.messages import (
     Message as EngineMessage,
 )
 from engine.runtime.registry import Registry
-from engine.services.config import Settings
 from engine.services.processor.partition import Counters, Environment, PartitionProcessor
-from engine.services.topics import TopicNames, topic_names
 
 log = logging.getLogger("engine.processor")
 

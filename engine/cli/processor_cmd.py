@@ -21,8 +21,8 @@ from engine.cli.options import (
 )
 from engine.cli.run_group import run_subparsers
 from engine.cli.worker_cmd import import_modules, stop_on_signals
+from engine.config.settings import Settings
 from engine.runtime.registry import default_registry
-from engine.services.config import Settings
 
 __all__ = ["register"]
 

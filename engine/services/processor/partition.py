@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.codec import decode_history, encode_message, instance_key
+from engine.config.topics import TopicNames
 from engine.core.errors import CodecError
 from engine.core.history import Inbound
 from engine.core.messages import DeadLetter, Message
@@ -24,7 +25,6 @@ from engine.services.processor import keys
 from engine.services.processor.meta import InstanceMeta
 from engine.services.processor.ports import OutRecord, PartitionStore
 from engine.services.processor.tables import Tables
-from engine.services.topics import TopicNames
 
 log = logging.getLogger("engine.processor")
 

@@ -10,6 +10,7 @@ import pytest
 
 from engine import Registry, WorkflowContext
 from engine.codec import decode_history, decode_message
+from engine.config.topics import topic_names
 from engine.core.history import (
     ContinuedAsNew,
     ExecutionCompleted,
@@ -28,7 +29,6 @@ from engine.core.payloads import from_payload, to_payload
 from engine.services.processor import keys
 from engine.services.processor.partition import Environment, PartitionProcessor
 from engine.services.processor.ports import OutRecord
-from engine.services.topics import topic_names
 
 NOW = 1_700_000_000_000
 
