@@ -13,6 +13,10 @@ from engine.services.processor import keys
 from engine.services.processor.meta import InstanceMeta, decode_meta, encode_meta
 from engine.services.processor.ports import PartitionStore
 
+#: Names under which a partition records how far it has applied each changelog.
+STATE_CHANGELOG = "state"
+TIMER_CHANGELOG = "timer"
+
 
 class Tables:
     def __init__(self, partition: int, store: PartitionStore) -> None:
@@ -58,6 +62,13 @@ class Tables:
             if len(out) >= limit:
                 break
         return out
+
+    def next_timer_ms(self) -> int | None:
+        """Fire time of the earliest timer (committed or written in this batch), if any."""
+        end = keys.TIMER[:-1] + bytes([keys.TIMER[0] + 1])
+        for raw, _ in self.scan(keys.TIMER, end):
+            return keys.parse_timer_key(raw).fire_at_ms
+        return None
 
     # --- writes ---------------------------------------------------------------------------
 
