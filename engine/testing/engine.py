@@ -23,6 +23,7 @@ from engine.config.settings import Settings
 from engine.config.topics import TopicNames, topic_names
 from engine.core.errors import TurnstileError, WaitTimeoutError
 from engine.core.history import HistoryEvent
+from engine.core.keys import murmur2_partition
 from engine.core.messages import DeadLetter, IdReusePolicy, Message
 from engine.runtime.registry import Registry, default_registry
 from engine.services.client import InstanceState, StatusView, WorkflowClient, is_completed
@@ -188,9 +189,12 @@ class TestEngine:
         """Send a hand-made command record (for tests of the wire contract)."""
         self.client.send(command)
 
-    def produce(self, topic: str, key: bytes, value: bytes | None) -> RawRecord:
-        """Write raw bytes to a topic (full name), as a foreign producer would."""
-        return self._produce(topic, key, value)
+    def produce(
+        self, topic: str, key: bytes, value: bytes | None, partition: int | None = None
+    ) -> RawRecord:
+        """Write raw bytes to a topic (full name), as a foreign producer would; the
+        partition defaults to murmur2 of the key, like every Turnstile producer."""
+        return self._produce(topic, key, value, partition)
 
     # --- running ----------------------------------------------------------------------------
 
@@ -250,6 +254,10 @@ class TestEngine:
         """What was written to a topic, by full name or spec name (``dead-letters``)."""
         full = topic if topic in self.topics.names() else f"{self.topic_prefix}.{topic}"
         return self.log.read(full)
+
+    def partition_of(self, instance_id: str) -> int:
+        """The partition (and so the entry of :attr:`processors`) that owns the instance."""
+        return murmur2_partition(instance_id.encode(), len(self.processors))
 
     @property
     def topic_prefix(self) -> str:
