@@ -79,8 +79,6 @@ PROCESSOR_CONSUMER = {
 #: flag between polls, so this bounds how long a stop request waits.
 MAX_POLL_WAIT_S = 0.5
 
-_PARTITION_EOF = getattr(KafkaError, "_PARTITION_EOF")  # noqa: B009  (librdkafka's own name)
-
 
 @dataclass
 class Progress(Counters):
@@ -214,7 +212,7 @@ class ProcessorRunner:
     def _accept(self, message: Message, now_ms: int) -> None:
         error = message.error()
         if error is not None:
-            if error.code() != _PARTITION_EOF:
+            if error.code() != KafkaError._PARTITION_EOF:
                 log.warning("consumer error: %s", error)
             return
         topic, partition = message.topic() or "", message.partition() or 0
@@ -457,7 +455,7 @@ def _drain(consumer: Consumer, pp: PartitionProcessor, name: str) -> int:
         for m in messages:
             err = m.error()
             if err is not None:
-                if err.code() == _PARTITION_EOF:
+                if err.code() == KafkaError._PARTITION_EOF:
                     done = True
                     continue
                 raise TurnstileError(f"restoring partition {pp.partition}: {err}")

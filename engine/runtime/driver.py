@@ -31,17 +31,33 @@ awaits cannot be interrupted from pure Python and is not caught.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Coroutine, Sequence
+from typing import Any, Protocol, TypeVar
 
 from engine.core.errors import StepBudgetExceededError
 from engine.runtime.cancel import cancelled_error
-from engine.runtime.tasks import PENDING, Task
-
-if TYPE_CHECKING:
-    from engine.runtime.generation import Generation
+from engine.runtime.tasks import PENDING, ReadyQueue, Task
 
 T = TypeVar("T")
+
+
+class ThreadHost(ReadyQueue, Protocol):
+    """What threads and the driver need from the generation they run in."""
+
+    @property
+    def instance_id(self) -> str: ...
+
+    @property
+    def threads(self) -> list[Thread[Any]]: ...
+
+    @property
+    def halt(self) -> bool: ...
+
+    @property
+    def conditions(self) -> Sequence[object]: ...
+
+    def check_conditions(self) -> None: ...
+
 
 DEFAULT_STEP_BUDGET = 100_000
 
@@ -51,7 +67,7 @@ class Thread(Task[T]):
 
     __slots__ = ("_coro", "_gen", "_scheduled", "_throw", "_waiting_on")
 
-    def __init__(self, gen: Generation, coro: Coroutine[Any, Any, T]) -> None:
+    def __init__(self, gen: ThreadHost, coro: Coroutine[Any, Any, T]) -> None:
         super().__init__()
         self._coro = coro
         self._gen = gen
@@ -61,7 +77,7 @@ class Thread(Task[T]):
         gen.ready.append(self)
         gen.threads.append(self)
 
-    def _wakeup(self, task: Task[Any]) -> None:
+    def wakeup(self, task: Task[Any]) -> None:
         self._waiting_on = None
         if not self._scheduled:
             self._scheduled = True
@@ -80,17 +96,17 @@ class Thread(Task[T]):
                 self._throw = None
                 yielded = self._coro.throw(throw)
         except StopIteration as stop:
-            self._resolve(stop.value)
+            self.set_result(stop.value)
             return
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:
-            self._fail(exc)
+            self.set_exception(exc)
             return
         if isinstance(yielded, Task):
-            if yielded._state == PENDING:
+            if not yielded.done():
                 self._waiting_on = yielded
-                yielded._add_waiter(self)
+                yielded.add_waiter(self)
                 return
         elif yielded is not None:
             self._throw = TypeError(
@@ -116,9 +132,9 @@ class Thread(Task[T]):
             return False
         waiting = self._waiting_on
         if waiting is not None:
-            if waiting._sole_waiter(self) and waiting.cancel():
+            if waiting.has_sole_waiter(self) and waiting.cancel():
                 return True
-            waiting._remove_waiter(self)
+            waiting.remove_waiter(self)
             self._waiting_on = None
         self._throw = cancelled_error()
         self._reschedule()
@@ -132,7 +148,7 @@ class Thread(Task[T]):
                 self._coro.close()
 
 
-def run_ready(gen: Generation, budget: int) -> None:
+def run_ready(gen: ThreadHost, budget: int) -> None:
     """Run the ready queue to exhaustion, or until the generation halts.
 
     Raises :class:`StepBudgetExceededError` after ``budget`` steps.

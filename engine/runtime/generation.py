@@ -37,10 +37,9 @@ from engine.runtime.durable import ChildTask, ConditionTask, EventWait, TimerTas
 from engine.runtime.failures import raised_from
 from engine.runtime.fastjson import decode, encode
 from engine.runtime.journal import Journal
-from engine.runtime.tasks import PENDING, Task, completed_task, failed_task
+from engine.runtime.tasks import Task, completed_task, failed_task
 
 if TYPE_CHECKING:
-    from engine.runtime.context import WorkflowContext
     from engine.runtime.registry import Registry
 
 B = TypeVar("B", bound=EventBody)
@@ -60,7 +59,6 @@ class Generation:
         "conditions",
         "continue_input",
         "continue_requested",
-        "ctx",
         "custom_status",
         "event_buffers",
         "event_waiters",
@@ -114,7 +112,6 @@ class Generation:
         self.run_inline_steps = True
         self.uuid_counter = 0
         self.rng: random.Random | None = None
-        self.ctx: WorkflowContext | None = None
         self.custom_status: Payload | None = None
 
     # --- journaling ---------------------------------------------------------------------------
@@ -148,9 +145,9 @@ class Generation:
 
     def start_main(self, coro: Coroutine[Any, Any, Any]) -> None:
         self.main = Thread(self, coro)
-        self.main._add_waiter(self)
+        self.main.add_waiter(self)
 
-    def _wakeup(self, task: Task[Any]) -> None:
+    def wakeup(self, task: Task[Any]) -> None:
         """The main coroutine finished: the generation ends."""
         self.halt = True
 
@@ -160,7 +157,7 @@ class Generation:
             raise cancelled_error("the workflow generation has ended")
         threads = self.threads
         if len(threads) >= 1024 and len(threads) % 1024 == 0:
-            threads[:] = [t for t in threads if t._state == PENDING]
+            threads[:] = [t for t in threads if not t.done()]
         return Thread(self, coro)
 
     def check_conditions(self) -> None:
@@ -168,7 +165,7 @@ class Generation:
         for condition in list(self.conditions):
             if self.halt:
                 return
-            if condition._state == PENDING:
+            if not condition.done():
                 condition.evaluate()
 
     # --- decisions asked for by the context ---------------------------------------------------
