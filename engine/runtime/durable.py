@@ -145,7 +145,7 @@ BACKOFF = 1
 FINISHED = 2
 
 
-class ActivityTask(Task[Any]):
+class ActivityCall(Task[Any]):
     """An activity call: attempts, start-to-close timeouts and retries with backoff."""
 
     __slots__ = (

@@ -69,11 +69,11 @@ from engine.runtime.actions import (
     TurnResult,
 )
 from engine.runtime.context import WorkflowContext
-from engine.runtime.driver import DEFAULT_STEP_BUDGET, Thread, run_ready
+from engine.runtime.driver import DEFAULT_STEP_BUDGET, Fiber, run_ready
 from engine.runtime.fastjson import decode, encode
 from engine.runtime.generation import Generation
 from engine.runtime.handlers import INBOUND, RECORDED, deliver_event
-from engine.runtime.journal import COMMAND_TYPES, Journal, describe
+from engine.runtime.journal import DECISION_TYPES, Journal, describe
 from engine.runtime.registry import Registry, WorkflowDefinition
 
 MAX_CONTINUES_PER_TURN = 1000
@@ -297,7 +297,7 @@ class WorkflowExecution:
             sequence += 1
             body = event.body
             kind = type(body)
-            if kind in COMMAND_TYPES and (
+            if kind in DECISION_TYPES and (
                 kind is not ExecutionCompleted or body.status is not RuntimeStatus.TERMINATED  # type: ignore[attr-defined]
             ):
                 if commands_from < 0:
@@ -477,7 +477,7 @@ class WorkflowExecution:
             return _raise(exc)
 
     def _run_code(self) -> None:
-        """Run the current generation until every thread waits, then settle its end."""
+        """Run the current generation until every fiber waits, then settle its end."""
         continues = 0
         while True:
             gen = self._gen
@@ -490,7 +490,7 @@ class WorkflowExecution:
                 self._end(RuntimeStatus.FAILED, None, failure_from_exception(exc))
                 return
             if not gen.halt:
-                return  # every thread waits on something durable
+                return  # every fiber waits on something durable
             if gen.fatal is not None:
                 raise gen.fatal
             if gen.continue_requested:
@@ -506,7 +506,7 @@ class WorkflowExecution:
                 self._finish(main)
             return
 
-    def _finish(self, main: Thread[Any]) -> None:
+    def _finish(self, main: Fiber[Any]) -> None:
         error = main.exception()
         if error is not None:
             self._end(RuntimeStatus.FAILED, None, failure_from_exception(error))

@@ -29,7 +29,7 @@ from engine.core.history import (
     TaskFailed,
     TimerFired,
 )
-from engine.runtime.durable import RUNNING, ActivityTask, ChildTask, TimerTask
+from engine.runtime.durable import RUNNING, ActivityCall, ChildTask, TimerTask
 from engine.runtime.generation import Generation
 
 
@@ -79,7 +79,7 @@ def on_task_completed(ex: EventTarget, body: TaskCompleted) -> str | None:
     gen = ex.current_generation
     assert gen is not None
     task = gen.tasks.get(body.task_id)
-    if type(task) is not ActivityTask:
+    if type(task) is not ActivityCall:
         return _unknown(gen, body.task_id, "an activity")
     if task.phase != RUNNING or task.attempt != body.attempt:
         return task.check_result(body.attempt)
@@ -91,7 +91,7 @@ def on_task_completed(ex: EventTarget, body: TaskCompleted) -> str | None:
 def on_task_failed(ex: EventTarget, body: TaskFailed) -> str | None:
     gen = _current(ex)
     task = gen.tasks.get(body.task_id)
-    if type(task) is not ActivityTask:
+    if type(task) is not ActivityCall:
         return _unknown(gen, body.task_id, "an activity")
     reason = task.check_result(body.attempt)
     if reason is not None:

@@ -196,7 +196,7 @@ class WhenAny(Task[Task[Any]]):
 
     The winner is returned as a task: awaiting it gives its value or raises its error. The
     losers are cancelled by the running code (after the current step), so that pending timers
-    among them are journaled as cancelled and cancelled threads get ``CancelledError``.
+    among them are journaled as cancelled and cancelled fibers get ``CancelledError``.
     """
 
     __slots__ = ("_gen", "_tasks")
