@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 
 from engine.codec import decode_history, encode_message, instance_key
+from engine.core.instance_row import InstanceRow
 from engine.core.messages import DeadLetter, Message
 from engine.runtime.executor import WorkflowExecution
 from engine.services.processor import keys
-from engine.services.processor.meta import InstanceMeta
 from engine.services.processor.ports import Headers, OutRecord
 from engine.services.processor.state import Counters, Environment, InstanceCache, Loaded
 from engine.services.processor.tables import Tables
@@ -36,7 +36,7 @@ class Batch:
         #: Instances touched in this batch, in first-touch order.
         self.touched: dict[str, Loaded] = {}
         #: Rows changed in this batch: written, with one status record each, at its end.
-        self._dirty: dict[str, InstanceMeta] = {}
+        self._dirty: dict[str, InstanceRow] = {}
         #: Records to produce in the batch's transaction.
         self.out: list[OutRecord] = []
         #: Table changes (puts and deletes), filled when the batch is closed.
@@ -57,7 +57,7 @@ class Batch:
             return item
         item = self._cache.get(instance_id)
         if item is None:
-            meta = self.tables.load_meta(instance_id) or InstanceMeta(instance_id)
+            meta = self.tables.load_meta(instance_id) or InstanceRow(instance_id)
             item = Loaded(meta)
             self._cache.put(instance_id, item)
         self.touched[instance_id] = item
@@ -73,11 +73,11 @@ class Batch:
             item.execution = execution
         return item.execution
 
-    def save(self, meta: InstanceMeta) -> None:
+    def save(self, meta: InstanceRow) -> None:
         """Mark the row changed; it is written (with one status record) when the batch ends."""
         self._dirty[meta.instance_id] = meta
 
-    def remove(self, meta: InstanceMeta) -> None:
+    def remove(self, meta: InstanceRow) -> None:
         """Delete the instance's row and its status (purge); its history stays on the topic."""
         self._dirty.pop(meta.instance_id, None)
         self.tables.delete_meta(meta.instance_id)

@@ -28,6 +28,7 @@ from engine.core.history import (
     TaskFailed,
     TimerFired,
 )
+from engine.core.instance_row import InstanceRow, PendingEvent
 from engine.core.messages import (
     ActivityResult,
     ChildResult,
@@ -43,7 +44,6 @@ from engine.core.messages import (
 from engine.runtime.executor import WorkflowExecution
 from engine.services.processor import keys
 from engine.services.processor.batch import Batch
-from engine.services.processor.meta import InstanceMeta, PendingEvent
 from engine.services.processor.outcome import step_instance
 from engine.services.processor.state import Loaded
 
@@ -126,7 +126,7 @@ def _schedule_start(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> 
     b.save(meta)
 
 
-def _cancel_scheduled_start(b: Batch, meta: InstanceMeta) -> None:
+def _cancel_scheduled_start(b: Batch, meta: InstanceRow) -> None:
     start = meta.scheduled_start
     if start is not None and start.scheduled_start_ms is not None:
         key = keys.TimerKey(start.scheduled_start_ms, meta.instance_id, meta.generation, -1)
@@ -189,7 +189,7 @@ def _started(msg: StartWorkflow, version: str) -> ExecutionStarted:
     )
 
 
-def _drop_history(b: Batch, meta: InstanceMeta) -> None:
+def _drop_history(b: Batch, meta: InstanceRow) -> None:
     """The previous run's events leave the state table (the history topic keeps them)."""
     b.tables.delete_history(meta.instance_id, meta.generation_start, meta.next_sequence)
 
@@ -208,7 +208,7 @@ def on_raise(b: Batch, msg: RaiseEvent, now_ms: int) -> None:
         item.inbox.append(Inbound(EventRaised(msg.name, msg.input)))
 
 
-def _keep_pending(b: Batch, meta: InstanceMeta, msg: RaiseEvent, now: int) -> None:
+def _keep_pending(b: Batch, meta: InstanceRow, msg: RaiseEvent, now: int) -> None:
     ttl_floor = now - b.env.pending_events_ttl_ms
     kept = [e for e in meta.pending_events if e.received_ms >= ttl_floor]
     if len(kept) >= b.env.pending_events_max:
@@ -292,7 +292,7 @@ def on_purge(b: Batch, msg: PurgeWorkflow, now_ms: int) -> None:
     for timer in b.tables.timers_of(meta.instance_id):
         b.tables.delete_timer(timer)
     b.remove(meta)
-    item.meta = InstanceMeta(meta.instance_id)
+    item.meta = InstanceRow(meta.instance_id)
     item.execution = None
 
 

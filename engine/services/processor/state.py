@@ -12,9 +12,9 @@ from dataclasses import dataclass, field, fields
 
 from engine.config.topics import TopicNames
 from engine.core.history import Inbound
+from engine.core.instance_row import InstanceRow
 from engine.runtime.executor import WorkflowExecution
 from engine.runtime.registry import Registry
-from engine.services.processor.meta import InstanceMeta
 
 
 @dataclass
@@ -37,7 +37,7 @@ class Counters:
 class Loaded:
     """An instance as the batch sees it: its metadata row and, if running, its execution."""
 
-    meta: InstanceMeta
+    meta: InstanceRow
     execution: WorkflowExecution | None = None
     inbox: list[Inbound] = field(default_factory=list)
 
