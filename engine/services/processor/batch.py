@@ -11,13 +11,16 @@ from __future__ import annotations
 import logging
 
 from engine.codec import decode_history, encode_message, instance_key
+from engine.core.errors import TurnstileError
 from engine.core.instance_row import InstanceRow
-from engine.core.messages import DeadLetter, Message
+from engine.core.messages import Message
 from engine.runtime.executor import WorkflowExecution
+from engine.services.dead_letters import dead_letter_of
 from engine.services.processor import keys
 from engine.services.processor.ports import Headers, OutRecord
 from engine.services.processor.state import Counters, Environment, InstanceCache, Loaded
 from engine.services.processor.tables import Tables
+from engine.services.records import RawRecord
 
 log = logging.getLogger("engine.processor")
 
@@ -42,6 +45,8 @@ class Batch:
         #: Table changes (puts and deletes), filled when the batch is closed.
         self.changes: dict[bytes, bytes | None] = {}
         self.closed = False
+        #: The input record being handled (set by the state machine around each handler).
+        self.current: RawRecord | None = None
 
     @property
     def empty(self) -> bool:
@@ -99,35 +104,21 @@ class Batch:
         """A message to another instance or to the workers, partitioned by its key."""
         self.emit(topic, instance_key(message.instance_id), encode_message(message), None)
 
-    def dead_letter(
-        self,
-        reason: str,
-        topic: str,
-        offset: int,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp_ms: int,
-    ) -> None:
+    def dead_letter(self, record: RawRecord, reason: str) -> None:
         """Park an unusable record with the reason, so the partition can go on."""
         self.counters.dead_letters += 1
-        log.warning("dead letter from %s[%d]@%d: %s", topic, self.partition, offset, reason)
-        record = DeadLetter(
-            instance_id=_decode_key(key),
-            reason=reason,
-            source_topic=topic,
-            source_partition=self.partition,
-            source_offset=offset,
-            key=key,
-            value=value,
-            timestamp_ms=timestamp_ms,
+        log.warning(
+            "dead letter from %s[%d]@%d: %s", record.topic, self.partition, record.offset, reason
         )
-        headers = (
-            ("reason", reason.encode()),
-            ("source-topic", topic.encode()),
-            ("source-partition", str(self.partition).encode()),
-            ("source-offset", str(offset).encode()),
-        )
-        self.emit(self.env.topics.dead_letters, key or b"", encode_message(record), None, headers)
+        value, headers = dead_letter_of(record, record.topic, reason)
+        self.emit(self.env.topics.dead_letters, record.key or b"", value, None, headers)
+
+    def dead_letter_current(self, reason: str) -> None:
+        """Park the record being handled: a handler found it valid but cannot keep it."""
+        record = self.current
+        if record is None:  # pragma: no cover - handlers only run inside accept()
+            raise TurnstileError(f"no input record to dead-letter ({reason})")
+        self.dead_letter(record, reason)
 
     # --- end ------------------------------------------------------------------------------
 
@@ -150,12 +141,3 @@ class Batch:
         if key[:1] == keys.TIMER:
             return self.env.topics.timer_changelog
         return self.env.topics.state_changelog
-
-
-def _decode_key(key: bytes | None) -> str:
-    if not key:
-        return ""
-    try:
-        return key.decode()
-    except UnicodeDecodeError:
-        return ""

@@ -212,14 +212,9 @@ def _keep_pending(b: Batch, meta: InstanceRow, msg: RaiseEvent, now: int) -> Non
     ttl_floor = now - b.env.pending_events_ttl_ms
     kept = [e for e in meta.pending_events if e.received_ms >= ttl_floor]
     if len(kept) >= b.env.pending_events_max:
-        b.dead_letter(
+        b.dead_letter_current(
             f"instance {msg.instance_id} has not started and already holds "
-            f"{len(kept)} pending events (pending_events_max); start it or raise the bound",
-            b.env.topics.commands,
-            -1,
-            msg.instance_id.encode(),
-            None,
-            now,
+            f"{len(kept)} pending events (pending_events_max); start it or raise the bound"
         )
         return
     kept.append(PendingEvent(msg.name, msg.input, now))

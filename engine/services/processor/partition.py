@@ -68,18 +68,14 @@ class PartitionProcessor:
         """Take one input record: route it, or park it in dead letters saying why."""
         batch = self._writable_batch()
         batch.counters.records += 1
+        batch.current = record
         try:
             message = validate(record, self._accepts, self.env.partitions)
             self._dispatch(batch, message, now_ms)
         except TurnstileError as exc:
-            batch.dead_letter(
-                str(exc),
-                record.topic,
-                record.offset,
-                record.key,
-                record.value,
-                record.timestamp_ms,
-            )
+            batch.dead_letter(record, str(exc))
+        finally:
+            batch.current = None
 
     def _dispatch(self, batch: Batch, message: Message, now_ms: int) -> None:
         handler = MESSAGE_HANDLERS.get(type(message))

@@ -155,6 +155,8 @@ def test_pending_events_beyond_the_bound_go_to_dead_letters(env: TestEngine) -> 
     env.run()
     (letter,) = env.dead_letters()
     assert "pending_events_max" in letter.reason and letter.instance_id == "w"
+    (third,) = [r for r in env.records("commands") if r.offset == letter.source_offset]
+    assert letter.source_topic == env.topics.commands and letter.value == third.value
 
 
 def test_aborted_batch_leaves_no_trace() -> None:
