@@ -60,6 +60,7 @@ from engine.services.processor.protocol import (
     NoMetrics,
     Step,
     SystemClock,
+    poll_wait_s,
 )
 from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
 from engine.services.records import RawRecord
@@ -205,9 +206,7 @@ class ProcessorRunner:
         """Seconds to block for input: until the earliest timer of an owned partition is due
         (new input ends the wait sooner), and at most ``MAX_POLL_WAIT_S``."""
         due = [t for pp in self.partitions.values() if (t := pp.next_timer_ms()) is not None]
-        if not due:
-            return MAX_POLL_WAIT_S
-        return min(MAX_POLL_WAIT_S, max(0.0, (min(due) - self._clock.now_ms()) / 1000))
+        return poll_wait_s(min(due, default=None), self._clock.now_ms(), MAX_POLL_WAIT_S)
 
     def _accept(self, message: Message, now_ms: int) -> None:
         error = message.error()

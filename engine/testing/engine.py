@@ -20,7 +20,7 @@ from typing import Any
 
 from engine.codec import decode_history, decode_message
 from engine.config.settings import Settings
-from engine.config.topics import TopicNames, topic_names
+from engine.config.topics import TopicNames, full_name, logical_names, topic_names
 from engine.core.errors import TurnstileError, WaitTimeoutError
 from engine.core.history import HistoryEvent
 from engine.core.keys import murmur2_partition
@@ -29,6 +29,7 @@ from engine.runtime.registry import Registry, default_registry
 from engine.services.client import InstanceState, StatusView, WorkflowClient, is_completed
 from engine.services.processor.memory_store import MemoryPartitionStore
 from engine.services.processor.partition import Environment, PartitionProcessor
+from engine.services.processor.protocol import BatchMetrics, NoMetrics, Step
 from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
 from engine.services.records import RawRecord
 from engine.services.worker import Outbound, Worker
@@ -90,9 +91,11 @@ class TestEngine:
         namespace: str = "test",
         settings: Settings | None = None,
         activity_timeout_s: float = 60.0,
+        metrics: BatchMetrics | None = None,
     ) -> None:
         base = settings or Settings()
         self.registry = registry or default_registry
+        self.namespace = namespace
         self.topics: TopicNames = topic_names(namespace)
         when = start or datetime.now(UTC)
         self.clock = ManualClock(int(when.timestamp() * 1000))
@@ -116,6 +119,7 @@ class TestEngine:
         self._inbox: dict[int, deque[RawRecord]] = {p: deque() for p in range(partitions)}
         self._max_batch = base.max_batch
         self._activity_timeout_s = activity_timeout_s
+        self._metrics: BatchMetrics = metrics or NoMetrics()
         self._view = StatusView()
         self._view.mark_ready()
         sink = _CommandSink(self._produce, self.topics.commands)
@@ -252,16 +256,15 @@ class TestEngine:
 
     def records(self, topic: str) -> list[RawRecord]:
         """What was written to a topic, by full name or spec name (``dead-letters``)."""
-        full = topic if topic in self.topics.names() else f"{self.topic_prefix}.{topic}"
+        full = topic if topic in self.topics.names() else full_name(self.namespace, topic)
+        if full not in self.topics.names():
+            names = ", ".join(logical_names())
+            raise ValueError(f"no topic {topic!r} in this engine; use one of {names}")
         return self.log.read(full)
 
     def partition_of(self, instance_id: str) -> int:
         """The partition (and so the entry of :attr:`processors`) that owns the instance."""
         return murmur2_partition(instance_id.encode(), len(self.processors))
-
-    @property
-    def topic_prefix(self) -> str:
-        return self.topics.commands.rsplit(".", 1)[0]
 
     def dead_letters(self) -> list[DeadLetter]:
         """The dead letters written so far, decoded."""
@@ -311,17 +314,23 @@ class TestEngine:
         """The commit protocol of the Kafka loop, over memory (the produce, offsets and
         commit steps cannot fail here, so there is no abort path)."""
         now_ms = self.clock.now_ms()
+        # 1. poll: take what the partition's inbox holds
+        t = self.clock.monotonic()
         inbox = self._inbox[pp.partition]
         records = [inbox.popleft() for _ in range(min(len(inbox), self._max_batch))]
-        # 2. accept (1, poll, is taking the records from the inbox)
+        t = self._observe(Step.POLL, t, len(records))
+        # 2. accept
         for record in records:
             pp.accept(record, now_ms)
+        t = self._observe(Step.ACCEPT, t, len(records))
         # 3. fire due timers
         fired = pp.fire_due_timers(now_ms)
+        t = self._observe(Step.TIMERS, t, fired)
         if not records and not fired:
             return False
         # 4. step the touched instances and close the batch
         batch = pp.end_batch(now_ms)
+        t = self._observe(Step.STEP, t, len(batch.touched))
         # 5-7. produce (offsets and commit are implicit: the inbox was consumed)
         reached: dict[str, int] = {}
         changelogs = {
@@ -333,9 +342,16 @@ class TestEngine:
             name = changelogs.get(r.topic)
             if name is not None:
                 reached[name] = written.offset
+        t = self._observe(Step.PRODUCE, t, len(batch.out))
         # 8. apply the changes to the store
         pp.committed(reached)
+        self._observe(Step.APPLY, t, len(batch.changes))
         return True
+
+    def _observe(self, step: Step, started: float, count: int) -> float:
+        now = self.clock.monotonic()
+        self._metrics.observe(step, now - started, count)
+        return now
 
     def _run_activities(self) -> bool:
         """Run every activity task written so far to its end; their results go to the

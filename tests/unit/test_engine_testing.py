@@ -13,6 +13,7 @@ import pytest
 from engine import Registry, WorkflowContext
 from engine.core.errors import WaitTimeoutError
 from engine.core.history import TimerFired
+from engine.services.processor.protocol import Step
 from engine.testing import TestEngine
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -81,3 +82,25 @@ def test_waiting_for_an_instance_that_waits_for_the_test_says_so() -> None:
 def test_advance_refuses_to_go_back() -> None:
     with TestEngine(app) as env, pytest.raises(ValueError, match="forward"):
         env.advance(-1)
+
+
+class Steps:
+    def __init__(self) -> None:
+        self.seen: list[Step] = []
+
+    def observe(self, step: Step, seconds: float, count: int) -> None:
+        assert seconds >= 0 and count >= 0
+        self.seen.append(step)
+
+
+def test_the_test_engine_runs_the_same_protocol_steps() -> None:
+    steps = Steps()
+    with TestEngine(app, metrics=steps) as env:
+        env.wait_for_completion(env.start("sleepers", [1]))
+    wanted = [Step.POLL, Step.ACCEPT, Step.TIMERS, Step.STEP, Step.PRODUCE, Step.APPLY]
+    assert steps.seen[: len(wanted)] == wanted
+
+
+def test_records_of_an_unknown_topic_are_refused_with_the_names() -> None:
+    with TestEngine(app) as env, pytest.raises(ValueError, match="dead-letters"):
+        env.records("no-such-topic")

@@ -28,6 +28,14 @@ class Step(StrEnum):
     ABORT = "abort"  # the transaction failed: drop the batch, redo its input
 
 
+def poll_wait_s(next_timer_ms: int | None, now_ms: int, longest_s: float) -> float:
+    """How long step 1 may block for input: until the earliest timer is due (0 when one is
+    overdue), never longer than ``longest_s`` (the loop checks its stop flag in between)."""
+    if next_timer_ms is None:
+        return longest_s
+    return min(longest_s, max(0.0, (next_timer_ms - now_ms) / 1000))
+
+
 class Clock(Protocol):
     """Where a loop reads time: wall time for turns and timers, a monotonic one for
     budgets and durations. The test engine substitutes a clock it can move."""
@@ -65,4 +73,4 @@ class NoMetrics:
         return None
 
 
-__all__ = ["BatchMetrics", "Clock", "NoMetrics", "Step", "SystemClock"]
+__all__ = ["BatchMetrics", "Clock", "NoMetrics", "Step", "SystemClock", "poll_wait_s"]
