@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from engine import Registry, WorkflowContext
+from engine import Registry, RetryPolicy, WorkflowContext
+from engine.core.activity_info import current_activity
 from engine.core.errors import WaitTimeoutError
 from engine.core.history import TimerFired
 from engine.services.processor.protocol import Step
@@ -104,3 +105,31 @@ def test_the_test_engine_runs_the_same_protocol_steps() -> None:
 def test_records_of_an_unknown_topic_are_refused_with_the_names() -> None:
     with TestEngine(app) as env, pytest.raises(ValueError, match="dead-letters"):
         env.records("no-such-topic")
+
+
+@app.activity(name="fetch")
+def fetch(url: str) -> str:
+    raise RuntimeError("the network: the test replaces it")
+
+
+@app.workflow(name="fetcher")
+async def fetcher(ctx: WorkflowContext, url: str) -> dict[str, Any]:
+    started = ctx.now()
+    retry = RetryPolicy(max_attempts=3, initial_interval=3600, max_interval=3600)
+    body = await ctx.call_activity(fetch, url, retry=retry)
+    return {"body": body, "hours": (ctx.now() - started).total_seconds() // 3600}
+
+
+def test_activity_retries_wait_out_their_backoff_in_skipped_time() -> None:
+    attempts: list[int] = []
+
+    def flaky(url: str) -> str:
+        attempts.append(current_activity().attempt)
+        if len(attempts) < 3:
+            raise ConnectionError("try again")
+        return f"<html>{url}</html>"
+
+    with TestEngine(app, activities={fetch: flaky}) as env:
+        state = env.wait_for_completion(env.start("fetcher", "example.org"))
+    assert state.output == {"body": "<html>example.org</html>", "hours": 2}
+    assert attempts == [1, 2, 3]
