@@ -210,29 +210,42 @@ class TestEngine:
     def advance(self, duration: timedelta | float) -> None:
         """Move the clock forward by ``duration`` (seconds or a timedelta), firing every
         timer due on the way in order, with the clock at each timer's time."""
-        seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
-        if seconds < 0:
+        if _ms(duration) < 0:
             raise ValueError("advance() moves time forward only; pass a positive duration")
-        horizon = self.clock.now_ms() + int(seconds * 1000)
+        horizon = self.clock.now_ms() + _ms(duration)
         self._run(skip_time=True, horizon_ms=horizon)
         self.clock.advance_to(horizon)
         self._run(skip_time=False)
 
-    def wait_for_completion(self, instance_id: str) -> InstanceState:
+    def wait_for_completion(
+        self, instance_id: str, timeout: timedelta | float | None = None
+    ) -> InstanceState:
         """Run, skipping time to each next timer, until the instance has ended.
 
-        Raises :class:`WaitTimeoutError` when nothing is left to do and the instance still
-        runs (it waits for an event: raise it, or check the workflow)."""
-        self._run(skip_time=True, until=lambda: self._ended(instance_id))
+        ``timeout`` bounds the engine time to skip (seconds or a timedelta; default: no
+        bound); a wait that runs out leaves the clock at its end, as a real wait would.
+        Raises :class:`WaitTimeoutError` when the instance still runs after it, or
+        when nothing is left to do (it waits for an event: raise it, or check the workflow).
+        """
+        horizon = None if timeout is None else self.clock.now_ms() + _ms(timeout)
+        self._run(skip_time=True, until=lambda: self._ended(instance_id), horizon_ms=horizon)
+        if horizon is not None and not self._ended(instance_id):
+            self.clock.advance_to(horizon)  # the whole timeout passed, as for a real wait
+            self._run(skip_time=False)
         status = self._view.get(instance_id)
-        if status is None or not is_completed(status):
-            state = "unknown" if status is None else status.status.value
+        if status is not None and is_completed(status):
+            return InstanceState(status)
+        state = "unknown" if status is None else status.status.value
+        if horizon is not None and self._next_timer_ms() is not None:
             raise WaitTimeoutError(
-                f"instance {instance_id} is {state} and nothing is left to run: it waits for "
-                f"something only the test can send (an event, a resume), or it was never "
-                f"started; send it, then wait again"
+                f"instance {instance_id} is still {state} after {timeout} of engine time; "
+                f"wait longer or check what it waits for"
             )
-        return InstanceState(status)
+        raise WaitTimeoutError(
+            f"instance {instance_id} is {state} and nothing is left to run: it waits for "
+            f"something only the test can send (an event, a resume), or it was never "
+            f"started; send it, then wait again"
+        )
 
     def now(self) -> datetime:
         """The engine's current time (what ``ctx.now()`` sees in a turn run now)."""
@@ -401,6 +414,11 @@ class TestEngine:
     def _ended(self, instance_id: str) -> bool:
         status = self._view.get(instance_id)
         return status is not None and is_completed(status)
+
+
+def _ms(duration: timedelta | float) -> int:
+    seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
+    return int(seconds * 1000)
 
 
 def _with_replacements(

@@ -13,7 +13,7 @@ import pytest
 from engine import Registry, RetryPolicy, WorkflowContext
 from engine.core.activity_info import current_activity
 from engine.core.errors import WaitTimeoutError
-from engine.core.history import TimerFired
+from engine.core.history import RuntimeStatus, TimerFired
 from engine.services.processor.protocol import Step
 from engine.testing import TestEngine
 
@@ -133,3 +133,12 @@ def test_activity_retries_wait_out_their_backoff_in_skipped_time() -> None:
         state = env.wait_for_completion(env.start("fetcher", "example.org"))
     assert state.output == {"body": "<html>example.org</html>", "hours": 2}
     assert attempts == [1, 2, 3]
+
+
+def test_a_wait_with_a_timeout_skips_no_further() -> None:
+    with TestEngine(app) as env:
+        run = env.start("sleepers", [10])
+        with pytest.raises(WaitTimeoutError, match="still RUNNING after"):
+            env.wait_for_completion(run, timeout=timedelta(days=5))
+        assert env.get(run).status is RuntimeStatus.RUNNING  # type: ignore[union-attr]
+        assert env.wait_for_completion(run, timeout=timedelta(days=6)).output == [[10, 10]]
