@@ -24,9 +24,9 @@ from typing import IO
 from common import REPO, progress
 
 from engine.adapters.kafka_admin import apply
-from engine.adapters.local_kafka import LocalKafka
-from engine.services.config import Settings, load_settings
-from engine.services.topics import load_spec
+from engine.config.settings import Settings, load_settings
+from engine.config.topics import load_spec
+from engine.dev.local_kafka import LocalKafka
 
 PYTHON = sys.executable
 

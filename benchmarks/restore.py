@@ -34,14 +34,16 @@ from engine.adapters.kafka_config import transactional_producer_config
 from engine.adapters.kafka_io import TransactionalProducer
 from engine.adapters.kafka_processor import restore_partition
 from engine.adapters.rocks_store import RocksPartitionStore
+from engine.codec import encode_message
+from engine.config.settings import Settings
+from engine.config.topics import TopicNames, topic_names
 from engine.core.history import RuntimeStatus
 from engine.core.keys import murmur2_partition
 from engine.core.messages import StartWorkflow
 from engine.core.payloads import from_payload, to_payload
 from engine.runtime.registry import default_registry
-from engine.services.config import Settings
 from engine.services.processor.partition import Environment, PartitionProcessor
-from engine.services.topics import TopicNames, topic_names
+from engine.services.records import RawRecord
 
 WORKFLOW = "chain3.inline"
 NOW_MS = 1_764_460_800_000
@@ -76,6 +78,7 @@ def _environment(topics: TopicNames, settings: Settings) -> Environment:
     return Environment(
         registry=default_registry,
         topics=topics,
+        partitions=settings.partitions,
         pending_events_max=settings.pending_events_max,
         pending_events_ttl_ms=settings.pending_events_ttl_ms,
         cache_capacity=BATCH,
@@ -126,7 +129,10 @@ def generate(settings: Settings, topics: TopicNames, n: int) -> tuple[dict[int, 
             ids.append(instance_id)
             p = murmur2_partition(instance_id.encode(), settings.partitions)
             start = StartWorkflow(instance_id, WORKFLOW, to_payload(i), request_id=f"r{i}")
-            pps[p].handle(start, NOW_MS + i)
+            record = RawRecord(
+                p, i, instance_id.encode(), encode_message(start), NOW_MS + i, topics.commands
+            )
+            pps[p].accept(record, NOW_MS + i)
             if (i + 1) % BATCH == 0 or i == n - 1:
                 _end_batches(pps, changelogs, writer, NOW_MS + i)
             if (i + 1) % 20_000 == 0:
@@ -140,12 +146,12 @@ def _end_batches(
     pps: list[PartitionProcessor], changelogs: set[str], writer: ChangelogWriter, now_ms: int
 ) -> None:
     for pp in pps:
-        out, changes = pp.end_batch(now_ms)
-        for record in out:
+        batch = pp.end_batch(now_ms)
+        for record in batch.out:
             if record.topic in changelogs:
                 assert record.partition == pp.partition
                 writer.write(record.topic, record.key, record.value, pp.partition)
-        pp.committed(changes, {})
+        pp.committed({})
 
 
 def restore_all(

@@ -21,12 +21,12 @@ from types import TracebackType
 from typing import Any
 
 from engine.adapters.kafka_client import KafkaCommandSink, KafkaStatusReader
+from engine.config.settings import Settings, load_settings
+from engine.config.topics import topic_names
 from engine.core.history import RuntimeStatus
 from engine.core.messages import IdReusePolicy, InstanceStatus
 from engine.runtime.registry import Registry
 from engine.services.client import InstanceState, StatusView, WorkflowClient
-from engine.services.config import Settings, load_settings
-from engine.services.topics import topic_names
 
 __all__ = ["Client", "IdReusePolicy", "InstanceState", "RuntimeStatus"]
 

@@ -52,7 +52,7 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if configured:
         yield configured
         return
-    from engine.adapters.local_kafka import LocalKafka
+    from engine.dev.local_kafka import LocalKafka
 
     broker = LocalKafka(Path(tmp_path_factory.mktemp("kafka")) / "broker")
     bootstrap = broker.start(timeout=120.0, fresh=True)

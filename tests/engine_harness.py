@@ -44,10 +44,10 @@ from engine.adapters.kafka_config import consumer_config, producer_config  # noq
 from engine.adapters.kafka_io import log_end_offsets  # noqa: E402
 from engine.client import Client  # noqa: E402
 from engine.codec import decode_history, decode_message, encode_message  # noqa: E402
+from engine.config.settings import Settings, load_settings  # noqa: E402
+from engine.config.topics import TopicNames, load_spec, topic_names  # noqa: E402
 from engine.core.history import HistoryEvent  # noqa: E402
 from engine.core.messages import InstanceStatus, Message  # noqa: E402
-from engine.services.config import Settings, load_settings  # noqa: E402
-from engine.services.topics import TopicNames, load_spec, topic_names  # noqa: E402
 
 DEFAULT_MODULES = ("engine.examples.chain3", "engine.examples.orders", "tests.workflows_for_tests")
 READ_TIMEOUT = 60.0

@@ -2,7 +2,7 @@
 ones, and repair config drift when asked, following ``topics/topics.toml``.
 
 The decisions (what is missing, what drifted, what must not be touched) are made by the pure
-diff in ``engine.services.topics``; this module only talks to Kafka. It never changes a
+diff in ``engine.config.topics``; this module only talks to Kafka. It never changes a
 partition count: that would move instances between partitions behind the processors' back.
 """
 
@@ -20,9 +20,8 @@ from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
 from engine.adapters.kafka_config import admin_config
-from engine.core.errors import BrokerError, TopicDriftError
-from engine.services.config import Settings
-from engine.services.topics import (
+from engine.config.settings import Settings
+from engine.config.topics import (
     ActualTopic,
     DesiredTopic,
     Drift,
@@ -31,6 +30,7 @@ from engine.services.topics import (
     desired_topics,
     diff_topics,
 )
+from engine.core.errors import BrokerError, TopicDriftError
 
 DEFAULT_TIMEOUT = 30.0
 

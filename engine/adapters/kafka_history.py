@@ -23,12 +23,12 @@ from engine.adapters.kafka_client import partition_count
 from engine.adapters.kafka_config import consumer_config
 from engine.adapters.kafka_io import log_end_offsets, poll_batch
 from engine.codec import decode_history
+from engine.config.settings import Settings
+from engine.config.topics import topic_names
 from engine.core.errors import BrokerError, CodecError
 from engine.core.history import HistoryEvent
 from engine.core.keys import instance_key, murmur2_partition
 from engine.services.audit.records import RawRecord, ReadProgress
-from engine.services.config import Settings
-from engine.services.topics import topic_names
 
 __all__ = ["ProgressCallback", "TopicReader", "read_instance_history"]
 

@@ -1,22 +1,33 @@
 """The processor's Kafka loop: batches of turns, each committed in one transaction.
 
-Per batch: consume from the assigned input partitions (read_committed), route every record
-to its partition's :class:`PartitionProcessor`, fire due timers, then produce everything the
-batch decided (history, changelogs, status, activity tasks, instance messages, dead letters)
-together with the consumed offsets in ONE transaction. Only when the commit succeeds are the
-table changes written to RocksDB, with the changelog offsets they reached; an abort drops
-them and seeks the consumer back, so the batch is simply done again.
+The loop owns the I/O; each partition's :class:`PartitionProcessor` (a sans-I/O state
+machine) owns the turn logic. :meth:`ProcessorRunner.run_batch` is the commit protocol, as
+numbered steps (``Step`` names them for the metrics hook):
+
+1. poll: block for input, at most until the next timer of an owned partition is due;
+2. accept: hand every record to its partition's state machine (which validates it or
+   dead-letters it), taking what is already fetched until the batch is full or old;
+3. fire the timers that are due;
+4. step every touched instance once; each partition closes its batch;
+5. produce the batches' output (history, changelogs, status, activity tasks, instance
+   messages, dead letters) inside one transaction;
+6. add the consumed offsets to it (KIP-447);
+7. commit;
+8. apply the committed table changes to RocksDB with the changelog offsets they reached.
+
+Abort path: on an abortable error the batches are dropped (nothing reached RocksDB) and the
+consumer seeks back, so the batch is simply done again.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import (
     Consumer,
@@ -36,29 +47,25 @@ from engine.adapters.kafka_io import (
 )
 from engine.adapters.kafka_restore import restore_tables
 from engine.adapters.rocks_store import RocksPartitionStore
-from engine.codec import decode_message
-from engine.core.errors import CodecError, TurnstileError
-from engine.core.keys import murmur2_partition
-from engine.core.messages import (
-    COMMAND_TYPES,
-    ActivityResult,
-    ChildResult,
-    RaiseEvent,
-    StartWorkflow,
-    TerminateWorkflow,
-)
-from engine.core.messages import (
-    Message as EngineMessage,
-)
+from engine.config.settings import Settings
+from engine.config.topics import TopicNames, topic_names
 from engine.runtime.registry import Registry
-from engine.services.config import Settings
+from engine.services.processor.batch import Batch
 from engine.services.processor.partition import Counters, Environment, PartitionProcessor
-from engine.services.topics import TopicNames, topic_names
+from engine.services.processor.ports import OutRecord
+from engine.services.processor.protocol import (
+    BatchMetrics,
+    Clock,
+    NoMetrics,
+    Step,
+    SystemClock,
+    poll_wait_s,
+)
+from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
+from engine.services.records import RawRecord
 
 log = logging.getLogger("engine.processor")
 
-STATE = "state"
-TIMER = "timer"
 #: How long closing may take (leaving the group, a last commit) before the process ends itself.
 CLOSE_S = 60.0
 
@@ -70,6 +77,10 @@ PROCESSOR_CONSUMER = {
     "session.timeout.ms": 10_000,
     "heartbeat.interval.ms": 1_000,
 }
+
+#: The longest one poll blocks when no timer is due sooner: the loop looks at its stop
+#: flag between polls, so this bounds how long a stop request waits.
+MAX_POLL_WAIT_S = 0.5
 
 
 @dataclass
@@ -90,9 +101,14 @@ class Progress(Counters):
     restore_waits: int = 0
     restore_wait_s: float = 0.0
 
-    def add(self, counters: Counters) -> None:
-        for f in fields(Counters):
-            setattr(self, f.name, getattr(self, f.name) + getattr(counters, f.name))
+
+#: Which steps' durations the progress totals keep, and under which field.
+_PROGRESS_TIME = {
+    Step.STEP: "turn_s",
+    Step.PRODUCE: "produce_s",
+    Step.OFFSETS: "offsets_s",
+    Step.COMMIT: "commit_s",
+}
 
 
 class ProcessorRunner:
@@ -104,12 +120,15 @@ class ProcessorRunner:
         registry: Registry,
         *,
         on_assigned: Callable[[list[int]], None] | None = None,
+        clock: Clock | None = None,
+        metrics: BatchMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.topics: TopicNames = topic_names(settings.namespace)
         self.env = Environment(
             registry=registry,
             topics=self.topics,
+            partitions=settings.partitions,
             pending_events_max=settings.pending_events_max,
             pending_events_ttl_ms=settings.pending_events_ttl_ms,
             # the cache budget is per replica; each partition gets its share
@@ -117,9 +136,9 @@ class ProcessorRunner:
         )
         self.partitions: dict[int, PartitionProcessor] = {}
         self.progress = Progress()
+        self._clock: Clock = clock or SystemClock()
+        self._metrics: BatchMetrics = metrics or NoMetrics()
         self._on_assigned = on_assigned
-        self._accepts = _accepted_kinds(self.topics)
-        self._num_partitions = settings.partitions
         self._batch_start: dict[tuple[str, int], int] = {}
         self._stop: threading.Event | None = None
         client_id = f"{settings.namespace}.processor.{settings.replica_id}"
@@ -159,113 +178,106 @@ class ProcessorRunner:
             self.partitions.clear()
             self._producer.close()
 
-    # --- one batch ---------------------------------------------------------------------------
+    # --- one batch: the commit protocol -------------------------------------------------------
 
     def run_batch(self) -> int:
-        """Consume until the batch is full, old or idle; commit it. Returns records seen.
-
-        The first wait ends as soon as one record arrives (``poll_batch``); after that only
-        what is already fetched is drained, so a lone record is not held back waiting for
-        company.
-        """
-        budget = self.settings.max_batch_ms / 1000
-        started = time.monotonic()
-        count = 0
-        messages = poll_batch(self._consumer, self.settings.max_batch, self._idle_wait())
-        while messages:
-            now_ms = int(time.time() * 1000)
-            for message in messages:
-                self._route(message, now_ms)
-            count += len(messages)
-            if count >= self.settings.max_batch or time.monotonic() - started >= budget:
-                break
-            messages = self._consumer.consume(self.settings.max_batch - count, 0)
-        now_ms = int(time.time() * 1000)
-        fired = sum(pp.fire_due_timers(now_ms) for pp in self.partitions.values())
+        """Run one batch through the commit protocol; returns the records it consumed."""
+        # 1-2. poll (until the next timer is due) and accept, until full, old or idle
+        count = self._poll_and_accept()
+        # 3. fire due timers
+        now_ms = self._clock.now_ms()
+        fired = self._fire_due_timers(now_ms)
         if count or fired:
+            # 4-8 (or the abort path)
             self._commit(now_ms)
         return count
 
-    def _idle_wait(self) -> float:
-        """How long to block for input: until the next timer is due, at most 50 ms."""
-        return 0.05
+    def _poll_and_accept(self) -> int:
+        """Steps 1 and 2. The first wait ends as soon as one record arrives (``poll_batch``);
+        after that only what is already fetched is taken, so a lone record is not held back
+        waiting for company."""
+        limit, budget = self.settings.max_batch, self.settings.max_batch_ms / 1000
+        started = t = self._clock.monotonic()
+        messages = poll_batch(self._consumer, limit, self._idle_wait())
+        count = 0
+        while messages:
+            t = self._observe(Step.POLL, t, len(messages))
+            now_ms = self._clock.now_ms()
+            for message in messages:
+                self._accept(message, now_ms)
+            count += len(messages)
+            t = self._observe(Step.ACCEPT, t, len(messages))
+            if count >= limit or t - started >= budget:
+                break
+            messages = self._consumer.consume(limit - count, 0)
+        return count
 
-    def _route(self, message: Message, now_ms: int) -> None:
+    def _idle_wait(self) -> float:
+        """Seconds to block for input: until the earliest timer of an owned partition is due
+        (new input ends the wait sooner), and at most ``MAX_POLL_WAIT_S``."""
+        due = [t for pp in self.partitions.values() if (t := pp.next_timer_ms()) is not None]
+        return poll_wait_s(min(due, default=None), self._clock.now_ms(), MAX_POLL_WAIT_S)
+
+    def _accept(self, message: Message, now_ms: int) -> None:
         error = message.error()
         if error is not None:
             if error.code() != KafkaError._PARTITION_EOF:
                 log.warning("consumer error: %s", error)
             return
         topic, partition = message.topic() or "", message.partition() or 0
-        offset = message.offset() or 0
         pp = self.partitions.get(partition)
         if pp is None:  # pragma: no cover - a partition that is not restored is paused
             return
+        offset = message.offset() or 0
         self._batch_start.setdefault((topic, partition), offset)
-        key, value = message.key(), message.value()
-        ts = message.timestamp()[1]
-        try:
-            decoded = self._validate(topic, partition, key, value)
-            pp.handle(decoded, now_ms)
-        except TurnstileError as exc:
-            pp.dead_letter(str(exc), topic, offset, key, value, ts)
+        headers = _headers(message)
+        record = RawRecord(
+            partition,
+            offset,
+            message.key(),
+            message.value(),
+            message.timestamp()[1],
+            topic,
+            headers,
+        )
+        pp.accept(record, now_ms)
 
-    def _validate(
-        self, topic: str, partition: int, key: bytes | None, value: bytes | None
-    ) -> EngineMessage:
-        if value is None:
-            raise CodecError("record has no value (tombstones are not accepted on input topics)")
-        decoded = decode_message(value)
-        if type(decoded) not in self._accepts[topic]:
-            raise CodecError(f"{decoded.KIND} records are not accepted on topic {topic}")
-        if key != decoded.instance_id.encode():
-            raise CodecError(
-                f"record key {key!r} does not match its instance id {decoded.instance_id!r}; "
-                f"key every record by its instance id (UTF-8)"
-            )
-        expected = murmur2_partition(key, self._num_partitions)
-        if expected != partition:
-            raise CodecError(
-                f"record for {decoded.instance_id!r} is on partition {partition} but murmur2 "
-                f"gives {expected}: configure the producer with the murmur2 partitioner"
-            )
-        return decoded
-
-    # --- transactions --------------------------------------------------------------------
+    def _fire_due_timers(self, now_ms: int) -> int:
+        t = self._clock.monotonic()
+        fired = sum(pp.fire_due_timers(now_ms) for pp in self.partitions.values())
+        self._observe(Step.TIMERS, t, fired)
+        return fired
 
     def _commit(self, now_ms: int) -> None:
-        t0 = time.perf_counter()
-        outputs = []
-        changes = {}
-        for p, pp in self.partitions.items():
-            out, ch = pp.end_batch(now_ms)
-            outputs.extend(out)
-            changes[p] = ch
-            self.progress.add(pp.counters)
-            pp.counters = Counters()
+        """Steps 4-8 of the protocol, or the abort path."""
+        # 4. step every touched instance; each partition closes its batch
+        t = self._clock.monotonic()
+        batches = self._end_batches(now_ms)
+        outputs = [r for b in batches.values() for r in b.out]
         offsets = self._consumed_positions()
+        t = self._observe(Step.STEP, t, sum(len(b.touched) for b in batches.values()))
         if not outputs and not offsets:
+            self._apply(batches, [])  # nothing to make durable; opens the next batches
             return
-        progress = self.progress
-        t1 = time.perf_counter()
-        progress.turn_s += t1 - t0
-        progress.outputs += len(outputs)
+        self.progress.outputs += len(outputs)
         try:
             self._producer.begin()
-            for r in outputs:
-                self._producer.produce(r.topic, r.key, r.value, r.partition, r.headers)
-            t2 = time.perf_counter()
+            # 5. produce the batch's output inside the transaction
+            self._produce(outputs)
+            t = self._observe(Step.PRODUCE, t, len(outputs))
+            # 6. add the consumed offsets to the transaction
             if offsets:
                 self._producer.send_offsets(offsets, self._consumer.consumer_group_metadata())
-            t3 = time.perf_counter()
+            t = self._observe(Step.OFFSETS, t, len(offsets))
+            # 7. commit
             delivered = self._producer.commit()
-            progress.produce_s += t2 - t1
-            progress.offsets_s += t3 - t2
-            progress.commit_s += time.perf_counter() - t3
+            t = self._observe(Step.COMMIT, t, 1)
         except AbortedTransaction as exc:
+            # abort path: drop the batches and seek back, so the input is done again
             log.warning("transaction aborted, redoing the batch: %s", exc)
             self.progress.aborts += 1
             self._rollback()
+            self._observe(Step.ABORT, t, 1)
             return
         except BaseException:
             # Anything else stops the replica. Forget the batch first: closing the consumer
@@ -274,10 +286,35 @@ class ProcessorRunner:
             self._abandon()
             raise
         self.progress.transactions += 1
+        # 8. apply the committed changes to RocksDB, with the changelog offsets reached
+        self._apply(batches, delivered)
+        self._observe(Step.APPLY, t, sum(len(b.changes) for b in batches.values()))
+
+    def _end_batches(self, now_ms: int) -> dict[int, Batch]:
+        batches = {p: pp.end_batch(now_ms) for p, pp in self.partitions.items()}
+        for batch in batches.values():
+            self.progress.add(batch.counters)
+        return batches
+
+    def _produce(self, outputs: list[OutRecord]) -> None:
+        for r in outputs:
+            self._producer.produce(r.topic, r.key, r.value, r.partition, r.headers)
+
+    def _apply(self, batches: dict[int, Batch], delivered: list[Delivered]) -> None:
         reached = self._changelog_offsets(delivered)
-        for p, pp in self.partitions.items():
-            pp.committed(changes.get(p, {}), reached.get(p, {}))
+        for p in batches:
+            self.partitions[p].committed(reached.get(p, {}))
         self._batch_start.clear()
+
+    def _observe(self, step: Step, started: float, count: int) -> float:
+        """Report one step to the metrics hook (and the progress totals); returns now."""
+        now = self._clock.monotonic()
+        seconds = now - started
+        field = _PROGRESS_TIME.get(step)
+        if field is not None:
+            setattr(self.progress, field, getattr(self.progress, field) + seconds)
+        self._metrics.observe(step, seconds, count)
+        return now
 
     def _consumed_positions(self) -> list[TopicPartition]:
         if not self._batch_start:
@@ -286,7 +323,10 @@ class ProcessorRunner:
         return [tp for tp in self._consumer.position(wanted) if tp.offset >= 0]
 
     def _changelog_offsets(self, delivered: list[Delivered]) -> dict[int, dict[str, int]]:
-        names = {self.topics.state_changelog: STATE, self.topics.timer_changelog: TIMER}
+        names = {
+            self.topics.state_changelog: STATE_CHANGELOG,
+            self.topics.timer_changelog: TIMER_CHANGELOG,
+        }
         reached: dict[int, dict[str, int]] = defaultdict(dict)
         for d in delivered:
             name = names.get(d.topic)
@@ -334,8 +374,8 @@ class ProcessorRunner:
             self._on_assigned(sorted(self.partitions))
 
     def _revoked(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:
-        if any(pp.batch for pp in self.partitions.values()) or self._batch_start:
-            self._commit(int(time.time() * 1000))
+        if any(not pp.batch.empty for pp in self.partitions.values()) or self._batch_start:
+            self._commit(self._clock.now_ms())
         for p in sorted({tp.partition for tp in revoked}):
             pp = self.partitions.pop(p, None)
             if pp is not None:
@@ -354,7 +394,10 @@ class ProcessorRunner:
         """Read every changelog of the new partitions to its committed end (kafka_restore)."""
         if not opened:
             return
-        changelogs = [(self.topics.state_changelog, STATE), (self.topics.timer_changelog, TIMER)]
+        changelogs = [
+            (self.topics.state_changelog, STATE_CHANGELOG),
+            (self.topics.timer_changelog, TIMER_CHANGELOG),
+        ]
         report = restore_tables(
             self.settings,
             {p: changelogs for p in opened},
@@ -374,11 +417,10 @@ class ProcessorRunner:
         )
 
 
-def _accepted_kinds(topics: TopicNames) -> dict[str, frozenset[type]]:
-    return {
-        topics.commands: frozenset(COMMAND_TYPES),
-        topics.activity_results: frozenset({ActivityResult}),
-        topics.instance_messages: frozenset(
-            {StartWorkflow, RaiseEvent, ChildResult, TerminateWorkflow}
-        ),
-    }
+def _headers(message: Message) -> tuple[tuple[str, bytes], ...]:
+    raw: Any = message.headers() or []
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    return tuple(
+        (str(name), value.encode() if isinstance(value, str) else bytes(value or b""))
+        for name, value in pairs
+    )

@@ -36,8 +36,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from engine.adapters.kafka_config import consumer_config
 from engine.adapters.kafka_io import log_end_offsets
+from engine.config.settings import Settings
 from engine.core.errors import TurnstileError
-from engine.services.config import Settings
 
 __all__ = ["RestoreInterrupted", "RestoreReport", "RestoreTable", "restore_tables"]
 

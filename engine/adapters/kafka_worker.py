@@ -31,10 +31,10 @@ from engine.adapters.kafka_io import (
     poll_batch,
     resume_partitions,
 )
+from engine.config.settings import Settings
+from engine.config.topics import topic_names
 from engine.core.errors import BrokerError
 from engine.runtime.registry import Registry
-from engine.services.config import Settings
-from engine.services.topics import topic_names
 from engine.services.worker import (
     CommitPolicy,
     FlowAction,

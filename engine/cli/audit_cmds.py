@@ -35,6 +35,8 @@ from engine.cli.options import (
 )
 from engine.cli.worker_cmd import import_modules
 from engine.codec import decode_message
+from engine.config.settings import Settings
+from engine.config.topics import TopicNames, topic_names
 from engine.core.errors import CodecError, ConfigurationError
 from engine.core.messages import InstanceStatus
 from engine.runtime.registry import Registry, default_registry
@@ -48,8 +50,6 @@ from engine.services.audit.state import (
     confirmed,
     fold_histories,
 )
-from engine.services.config import Settings
-from engine.services.topics import TopicNames, topic_names
 
 __all__ = ["register"]
 

@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from engine.adapters.kafka_config import BOOTSTRAP_ENV
-from engine.adapters.local_kafka import LocalKafka
 from engine.cli import SubParsers
-from engine.services.config import Settings, load_settings
+from engine.config.settings import Settings, load_settings
+from engine.dev.local_kafka import LocalKafka
 
 
 def register(subparsers: SubParsers) -> None:
@@ -93,7 +93,7 @@ def _engine(settings: Settings) -> Iterator[None]:
 def _run(args: argparse.Namespace) -> int:
     import engine.examples.orders  # noqa: F401 - registers the order workflows
     from engine.adapters.kafka_admin import apply
-    from engine.services.topics import load_spec
+    from engine.config.topics import load_spec
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     with _broker(args.keep_broker) as bootstrap, tempfile.TemporaryDirectory() as state:
@@ -132,8 +132,10 @@ def _orders(settings: Settings, timeout: float) -> bool:
     _say(f"{late}: {second.status.value} -> {second.output}")
     _timeline(settings, approved)
     return bool(
-        first.output and first.output.get("status") == "shipped"
-        and second.output and second.output.get("status") == "refunded"
+        first.output
+        and first.output.get("status") == "shipped"
+        and second.output
+        and second.output.get("status") == "refunded"
     )
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from engine.adapters.local_kafka import KAFKA_VERSION, LocalKafka
 from engine.cli import SubParsers
+from engine.dev.local_kafka import KAFKA_VERSION, LocalKafka
 
 
 def register(subparsers: SubParsers) -> None:

@@ -26,12 +26,12 @@ from engine.cli.audit_io import (
 )
 from engine.cli.options import add_settings_arguments, settings_from_args
 from engine.codec import write_history_file
+from engine.config.topics import topic_names
 from engine.core.errors import ConfigurationError, InstanceNotFoundError
 from engine.core.history import HistoryEvent
 from engine.services.audit.chain import ChainResult, ChainVerifier, verify_events
 from engine.services.audit.records import EventFilter
 from engine.services.audit.timeline import HEADER, format_time, timeline_json, timeline_lines
-from engine.services.topics import topic_names
 
 __all__ = ["register"]
 

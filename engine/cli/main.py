@@ -25,7 +25,7 @@ from engine.cli import (
 )
 from engine.core.errors import TurnstileError
 
-Handler = Callable[[argparse.Namespace], int]
+CommandHandler = Callable[[argparse.Namespace], int]
 
 
 class CommandModule(Protocol):
@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    handler: Handler | None = getattr(args, "handler", None)
+    handler: CommandHandler | None = getattr(args, "handler", None)
     if handler is None:
         # A command group without a sub-command: show what it offers.
         help_parser: argparse.ArgumentParser = getattr(args, "help_parser", parser)

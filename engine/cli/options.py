@@ -10,8 +10,8 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from engine.config.settings import Settings, load_settings
 from engine.core.errors import ConfigurationError
-from engine.services.config import Settings, load_settings
 
 __all__ = [
     "add_module_arguments",

@@ -21,8 +21,8 @@ from engine.cli.options import (
 )
 from engine.cli.run_group import run_subparsers
 from engine.cli.worker_cmd import STOP_GRACE_S, import_modules, stop_on_signals
+from engine.config.settings import Settings
 from engine.runtime.registry import default_registry
-from engine.services.config import Settings
 
 __all__ = ["register"]
 
@@ -124,4 +124,3 @@ def report_progress(runner: ProcessorRunner, stop: threading.Event, every_s: flo
                 p.dead_letters,
             )
             last = p.records
-

@@ -16,8 +16,8 @@ from typing import Any
 from engine.adapters import kafka_admin
 from engine.cli import SubParsers
 from engine.cli.options import add_settings_arguments, settings_from_args
-from engine.services.config import Settings
-from engine.services.topics import Drift, TopicDiff, TopicsSpec, load_spec
+from engine.config.settings import Settings
+from engine.config.topics import Drift, TopicDiff, TopicsSpec, load_spec
 
 
 def register(subparsers: SubParsers) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 from engine.core.errors import CodecError
 from engine.core.failure import FailureDetails
 from engine.core.history import EVENT_TYPES, HistoryEvent, RuntimeStatus
+from engine.core.instance_row import InstanceRow, PendingEvent
 from engine.core.messages import (
     COMMAND_TYPES,
     ActivityResult,
@@ -49,7 +50,15 @@ MESSAGE_RECORD_TYPES: tuple[type[Message], ...] = (
 
 _PLAIN_RECORDS: dict[str, type] = {
     cls.__name__: cls
-    for cls in (Payload, FailureDetails, HistoryEvent, *EVENT_TYPES, *MESSAGE_RECORD_TYPES)
+    for cls in (
+        Payload,
+        FailureDetails,
+        HistoryEvent,
+        *EVENT_TYPES,
+        *MESSAGE_RECORD_TYPES,
+        InstanceRow,
+        PendingEvent,
+    )
 }
 _COMMAND_BODIES: dict[str, type] = {cls.__name__: cls for cls in COMMAND_TYPES}
 _ENUMS: dict[str, type[Enum]] = {"RuntimeStatus": RuntimeStatus, "IdReusePolicy": IdReusePolicy}

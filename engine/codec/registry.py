@@ -36,7 +36,10 @@ MESSAGE_SCHEMAS = (
     "InstanceStatus",
     "DeadLetter",
 )
-ALL_SCHEMAS = (HISTORY, *MESSAGE_SCHEMAS)
+#: The processor's own table rows (state changelog), not messages between components.
+INSTANCE_ROW = "InstanceRow"
+STATE_SCHEMAS = (INSTANCE_ROW,)
+ALL_SCHEMAS = (HISTORY, *MESSAGE_SCHEMAS, *STATE_SCHEMAS)
 
 
 def schema_dir() -> Path:

@@ -27,7 +27,10 @@ from engine.codec.registry import (
     COMMAND,
     HEADER_SIZE,
     HISTORY,
+    INSTANCE_ROW,
     MARKER,
+    MESSAGE_SCHEMAS,
+    STATE_SCHEMAS,
     WriterSchema,
     load_current,
     load_released,
@@ -39,6 +42,7 @@ from engine.core.errors import (
     UnknownSchemaError,
 )
 from engine.core.history import HistoryEvent
+from engine.core.instance_row import InstanceRow
 from engine.core.messages import COMMAND_TYPES, Message
 
 Decoder = Callable[[bytes], Any]
@@ -70,6 +74,7 @@ _ENCODE_ERRORS = (
 #: marker and the fingerprint on the hot path.
 _HISTORY_DECODERS: dict[bytes, Decoder] = {}
 _MESSAGE_DECODERS: dict[bytes, Decoder] = {}
+_ROW_DECODERS: dict[bytes, Decoder] = {}
 _ENCODERS: dict[type, Encoder] = {}
 _KNOWN: dict[bytes, WriterSchema] = {}
 _CURRENT: dict[str, WriterSchema] = {}
@@ -121,6 +126,23 @@ def decode_message(data: bytes) -> Message:
         decoder = _lookup(data, _MESSAGE_DECODERS, "message")
     msg: Message = decoder(data)
     return msg
+
+
+def encode_row(row: InstanceRow) -> bytes:
+    """The processor's instance row as single-object-encoded Avro (InstanceRow schema)."""
+    encoder = _ENCODERS.get(InstanceRow) or _encoder_for(row)
+    return encoder(row)
+
+
+def decode_row(data: bytes) -> InstanceRow:
+    """Decode an instance row written with any known InstanceRow schema version."""
+    if data.__class__ is not bytes:
+        data = _as_bytes(data)
+    decoder = _ROW_DECODERS.get(data[:HEADER_SIZE])
+    if decoder is None:
+        decoder = _lookup(data, _ROW_DECODERS, "instance row")
+    row: InstanceRow = decoder(data)
+    return row
 
 
 def seal_history(event: HistoryEvent, previous_hash: bytes) -> tuple[HistoryEvent, bytes]:
@@ -360,7 +382,8 @@ def reload_schemas(directory: Path | None = None) -> None:
     loads the tables once, on first use.
     """
     with _LOCK:
-        for table in (_HISTORY_DECODERS, _MESSAGE_DECODERS, _ENCODERS, _KNOWN, _CURRENT):
+        tables = (_HISTORY_DECODERS, _MESSAGE_DECODERS, _ROW_DECODERS, _ENCODERS, _KNOWN, _CURRENT)
+        for table in tables:
             table.clear()
         _build_tables(directory)
 
@@ -377,21 +400,28 @@ def _build_tables(directory: Path | None) -> None:
     current = load_current(directory)
     known = {s.fingerprint: s for s in current.values()}
     history_decoders = {current[HISTORY].header: _fast_decoder(current[HISTORY])}
-    message_decoders = {
-        current[n].header: _fast_decoder(current[n]) for n in current if n != HISTORY
-    }
+    message_decoders = {current[n].header: _fast_decoder(current[n]) for n in MESSAGE_SCHEMAS}
+    row_decoders = {current[n].header: _fast_decoder(current[n]) for n in STATE_SCHEMAS}
     for old in load_released(directory):
         if old.fingerprint in known or old.name not in current:
             continue
         known[old.fingerprint] = old
-        target = history_decoders if old.name == HISTORY else message_decoders
+        target = (
+            history_decoders
+            if old.name == HISTORY
+            else row_decoders
+            if old.name in STATE_SCHEMAS
+            else message_decoders
+        )
         target[old.header] = _resolving_decoder(old, current[old.name])
     encoders: dict[type, Encoder] = {HistoryEvent: _encoder(current[HISTORY])}
     command_encoder = _encoder(current[COMMAND])
     encoders.update({cls: command_encoder for cls in COMMAND_TYPES})
     encoders.update({cls: _encoder(current[cls.__name__]) for cls in MESSAGE_RECORD_TYPES})
+    encoders[InstanceRow] = _encoder(current[INSTANCE_ROW])
     _KNOWN.update(known)
     _HISTORY_DECODERS.update(history_decoders)
     _MESSAGE_DECODERS.update(message_decoders)
+    _ROW_DECODERS.update(row_decoders)
     _ENCODERS.update(encoders)
     _CURRENT.update(current)  # last: it marks the tables as ready

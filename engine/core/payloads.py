@@ -78,6 +78,12 @@ def register_converter(converter: PayloadConverter) -> None:
     _CONVERTERS[converter.encoding] = converter
 
 
+def default_json_in_use() -> bool:
+    """Whether the JSON encoding is still served by the built-in :class:`JsonConverter`
+    (the runtime's fast JSON path reproduces exactly its output, so it checks this)."""
+    return type(_CONVERTERS.get(JSON)) is JsonConverter
+
+
 def to_payload(value: Any, encoding: str | None = None) -> Payload:
     """Encode a Python value; bytes default to the binary encoding, everything else to JSON."""
     if isinstance(value, Payload):

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, MutableMap
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from engine.runtime.durable import ActivityTask, ChildTask
+from engine.runtime.durable import ActivityCall, ChildTask
 from engine.runtime.fastjson import encode as _payload
 from engine.runtime.generation import ContinueAsNewRequested
 from engine.runtime.retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy
@@ -148,7 +148,7 @@ class WorkflowContext:
         gen = self._gen
         name = activity if type(activity) is str else gen.registry.activity_name(activity)
         timeout_ms = 0 if timeout is None else _to_ms(timeout, "activity timeout")
-        return ActivityTask(gen, name, _payload(input), retry or NO_RETRY, timeout_ms)
+        return ActivityCall(gen, name, _payload(input), retry or NO_RETRY, timeout_ms)
 
     def run(self, name: str, fn: Callable[..., Any], *args: Any) -> Task[Any]:
         """Run ``fn(*args)`` inline, right now, and journal its result.
@@ -207,7 +207,7 @@ class WorkflowContext:
         self._gen.send_event(instance_id, name, _payload(input))
 
     def when_all(self, tasks: Iterable[Awaitable[Any]]) -> Task[list[Any]]:
-        """All results, in order; coroutines are spawned as threads."""
+        """All results, in order; coroutines are spawned as fibers."""
         return WhenAll([self._task(t) for t in tasks])
 
     def when_any(self, tasks: Iterable[Awaitable[Any]]) -> Task[Task[Any]]:
@@ -215,7 +215,7 @@ class WorkflowContext:
         return WhenAny(self._gen, [self._task(t) for t in tasks])
 
     def spawn(self, coro: Coroutine[Any, Any, T]) -> Task[T]:
-        """Run a coroutine as a thread of this instance; await the task for its result."""
+        """Run a coroutine as a fiber of this instance; await the task for its result."""
         if not isinstance(coro, Coroutine):
             raise TypeError(
                 f"ctx.spawn takes a coroutine object (call the async function), "

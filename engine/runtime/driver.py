@@ -1,4 +1,4 @@
-"""The deterministic coroutine driver: threads, the ready queue and the step budget.
+"""The deterministic coroutine driver: fibers, the ready queue and the step budget.
 
 Workflow coroutines are driven with ``send()`` / ``throw()`` by this module, never by an
 asyncio event loop, so that the order in which code runs is a pure function of the history.
@@ -8,19 +8,19 @@ Scheduling order (fixed, and the same on replay):
 1. A turn first applies its inbound events in the order given (history order on replay).
    Applying an event resolves the task waiting for it; resolving a task appends its waiters
    to the FIFO *ready queue* in the order they started waiting. Nothing runs yet.
-2. The driver then pops the head of the ready queue and runs it: a thread is resumed until
+2. The driver then pops the head of the ready queue and runs it: a fiber is resumed until
    its next ``await`` of a pending task (or until it finishes); an internal continuation
    (cancelling a timer, scheduling a retry, cancelling ``when_any`` losers) is called.
    Anything resolved meanwhile appends its waiters at the tail.
-3. A new thread (the workflow's main coroutine, ``ctx.spawn``, coroutines passed to
+3. A new fiber (the workflow's main coroutine, ``ctx.spawn``, coroutines passed to
    ``when_all``/``when_any``) is appended at the tail when it is created.
 4. After every step, pending ``wait_condition`` predicates are evaluated in the order they
    were registered; a true predicate resolves its task (its waiters go to the tail).
-5. The run ends when the ready queue is empty (every thread waits on something durable),
+5. The run ends when the ready queue is empty (every fiber waits on something durable),
    or when the instance finishes (the main coroutine returned or raised, or
    ``continue_as_new`` was called): the remaining queue is then dropped.
 
-A bare ``yield`` (what ``asyncio.sleep(0)`` does) re-queues the thread at the tail. Every
+A bare ``yield`` (what ``asyncio.sleep(0)`` does) re-queues the fiber at the tail. Every
 resumption and continuation counts as one step; a turn that takes more steps than the
 budget (100,000 by default) fails the instance with :class:`StepBudgetExceededError`
 instead of stalling its partition. The budget catches code that spins the scheduler or
@@ -31,27 +31,43 @@ awaits cannot be interrupted from pure Python and is not caught.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Coroutine, Sequence
+from typing import Any, Protocol, TypeVar
 
 from engine.core.errors import StepBudgetExceededError
 from engine.runtime.cancel import cancelled_error
-from engine.runtime.tasks import PENDING, Task
-
-if TYPE_CHECKING:
-    from engine.runtime.generation import Generation
+from engine.runtime.tasks import PENDING, ReadyQueue, Task
 
 T = TypeVar("T")
+
+
+class FiberHost(ReadyQueue, Protocol):
+    """What fibers and the driver need from the generation they run in."""
+
+    @property
+    def instance_id(self) -> str: ...
+
+    @property
+    def fibers(self) -> list[Fiber[Any]]: ...
+
+    @property
+    def halt(self) -> bool: ...
+
+    @property
+    def conditions(self) -> Sequence[object]: ...
+
+    def check_conditions(self) -> None: ...
+
 
 DEFAULT_STEP_BUDGET = 100_000
 
 
-class Thread(Task[T]):
+class Fiber(Task[T]):
     """A coroutine running inside one instance; awaitable for its return value."""
 
     __slots__ = ("_coro", "_gen", "_scheduled", "_throw", "_waiting_on")
 
-    def __init__(self, gen: Generation, coro: Coroutine[Any, Any, T]) -> None:
+    def __init__(self, gen: FiberHost, coro: Coroutine[Any, Any, T]) -> None:
         super().__init__()
         self._coro = coro
         self._gen = gen
@@ -59,9 +75,9 @@ class Thread(Task[T]):
         self._waiting_on: Task[Any] | None = None
         self._scheduled = True
         gen.ready.append(self)
-        gen.threads.append(self)
+        gen.fibers.append(self)
 
-    def _wakeup(self, task: Task[Any]) -> None:
+    def wakeup(self, task: Task[Any]) -> None:
         self._waiting_on = None
         if not self._scheduled:
             self._scheduled = True
@@ -80,17 +96,17 @@ class Thread(Task[T]):
                 self._throw = None
                 yielded = self._coro.throw(throw)
         except StopIteration as stop:
-            self._resolve(stop.value)
+            self.set_result(stop.value)
             return
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:
-            self._fail(exc)
+            self.set_exception(exc)
             return
         if isinstance(yielded, Task):
-            if yielded._state == PENDING:
+            if not yielded.done():
                 self._waiting_on = yielded
-                yielded._add_waiter(self)
+                yielded.add_waiter(self)
                 return
         elif yielded is not None:
             self._throw = TypeError(
@@ -108,17 +124,17 @@ class Thread(Task[T]):
     def cancel(self) -> bool:
         """Throw ``CancelledError`` into the coroutine at its current ``await``.
 
-        What the thread waits on is cancelled too when this thread is its only waiter (so a
-        pending timer is journaled as cancelled). The thread may catch the error and run
+        What the fiber waits on is cancelled too when this fiber is its only waiter (so a
+        pending timer is journaled as cancelled). The fiber may catch the error and run
         clean-up code, including new durable work, before it finishes.
         """
         if self._state != PENDING:
             return False
         waiting = self._waiting_on
         if waiting is not None:
-            if waiting._sole_waiter(self) and waiting.cancel():
+            if waiting.has_sole_waiter(self) and waiting.cancel():
                 return True
-            waiting._remove_waiter(self)
+            waiting.remove_waiter(self)
             self._waiting_on = None
         self._throw = cancelled_error()
         self._reschedule()
@@ -132,7 +148,7 @@ class Thread(Task[T]):
                 self._coro.close()
 
 
-def run_ready(gen: Generation, budget: int) -> None:
+def run_ready(gen: FiberHost, budget: int) -> None:
     """Run the ready queue to exhaustion, or until the generation halts.
 
     Raises :class:`StepBudgetExceededError` after ``budget`` steps.

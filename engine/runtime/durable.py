@@ -1,7 +1,8 @@
 """Durable tasks: timers, activities, child workflows, event waits and conditions.
 
-Each task journals its decisions through its :class:`Generation` and registers itself under
-its task id, so that inbound events (results, timer fires) find their waiting point. Methods
+Each task journals its decisions through its generation (seen as a :class:`TaskHost`) and
+registers itself under its task id, so that inbound events (results, timer fires) find their
+waiting point. Methods
 marked *apply* run while inbound events are applied and only change state; methods marked
 *run* run on the driver and may journal decisions.
 """
@@ -9,25 +10,72 @@ marked *apply* run while inbound events are applied and only change state; metho
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from engine.core.errors import (
     ActivityFailedError,
     ChildWorkflowFailedError,
     CodecError,
+    NonDeterminismError,
     WorkflowTimeoutError,
 )
 from engine.core.failure import FailureDetails
-from engine.core.history import ChildWorkflowCreated, TaskScheduled, TimerCancelled, TimerCreated
+from engine.core.history import (
+    ChildWorkflowCreated,
+    EventBody,
+    TaskScheduled,
+    TimerCancelled,
+    TimerCreated,
+)
 from engine.core.payloads import Payload
 from engine.runtime.actions import CancelTimer, CreateTimer, ScheduleActivity, StartChild
 from engine.runtime.failures import raised_from
 from engine.runtime.fastjson import decode
+from engine.runtime.journal import Journal
 from engine.runtime.retry import RetryPolicy
-from engine.runtime.tasks import PENDING, Task, Waiter
+from engine.runtime.tasks import PENDING, ReadyQueue, Task, Waiter
 
-if TYPE_CHECKING:
-    from engine.runtime.generation import Generation
+B = TypeVar("B", bound=EventBody)
+
+
+class TaskHost(ReadyQueue, Protocol):
+    """What durable tasks need from their generation: its journal, its task tables and the
+    ready queue (the generation implements it; this module does not import it)."""
+
+    next_task_id: int
+
+    @property
+    def journal(self) -> Journal: ...
+
+    @property
+    def number(self) -> int: ...
+
+    @property
+    def instance_id(self) -> str: ...
+
+    @property
+    def closing(self) -> bool: ...
+
+    @property
+    def tasks(self) -> dict[int, Task[Any]]: ...
+
+    @property
+    def timers(self) -> dict[int, TimerTask]: ...
+
+    @property
+    def children(self) -> dict[int, ChildTask]: ...
+
+    @property
+    def conditions(self) -> list[ConditionTask]: ...
+
+    @property
+    def event_waiters(self) -> dict[str, list[EventWait]]: ...
+
+    def command(self, body: B) -> B | None: ...
+
+    def refuse(self) -> NoReturn: ...
+
+    def diverged(self, attempted: EventBody) -> NonDeterminismError: ...
 
 
 def _seconds(ms: int) -> str:
@@ -39,7 +87,7 @@ class TimerTask(Task[None]):
 
     __slots__ = ("_gen", "_owner", "fire_at_ms", "task_id")
 
-    def __init__(self, gen: Generation, fire_at_ms: int, owner: Any = None) -> None:
+    def __init__(self, gen: TaskHost, fire_at_ms: int, owner: Any = None) -> None:
         super().__init__()
         self._gen = gen
         self._owner = owner
@@ -64,9 +112,9 @@ class TimerTask(Task[None]):
     def fire(self) -> None:
         """*apply*: the timer fired."""
         del self._gen.timers[self.task_id]
-        self._resolve(None)
+        self.set_result(None)
         if self._owner is not None:
-            self._owner._timer_fired(self)
+            self._owner.timer_fired(self)
 
     def _cancel_hook(self) -> None:
         """*run*: journal the cancellation and drop the timer row."""
@@ -79,7 +127,7 @@ class TimerTask(Task[None]):
 
 
 def _cancel_if_pending(timer: TimerTask | None) -> None:
-    if timer is not None and timer._state == PENDING:
+    if timer is not None and not timer.done():
         timer.cancel()
 
 
@@ -87,9 +135,9 @@ def _decoded(task: Task[Any], payload: Payload | None) -> None:
     try:
         value = decode(payload)
     except CodecError as exc:
-        task._fail(exc)
+        task.set_exception(exc)
     else:
-        task._resolve(value)
+        task.set_result(value)
 
 
 RUNNING = 0
@@ -97,7 +145,7 @@ BACKOFF = 1
 FINISHED = 2
 
 
-class ActivityTask(Task[Any]):
+class ActivityCall(Task[Any]):
     """An activity call: attempts, start-to-close timeouts and retries with backoff."""
 
     __slots__ = (
@@ -115,7 +163,7 @@ class ActivityTask(Task[Any]):
 
     def __init__(
         self,
-        gen: Generation,
+        gen: TaskHost,
         name: str,
         input: Payload | None,
         policy: RetryPolicy,
@@ -181,9 +229,9 @@ class ActivityTask(Task[Any]):
         try:
             value = decode(output)
         except CodecError as exc:
-            self._fail(exc)
+            self.set_exception(exc)
         else:
-            self._resolve(value)
+            self.set_result(value)
 
     def failed(self, failure: FailureDetails) -> None:
         """*apply*: the current attempt failed; retry (after a backoff) or give up."""
@@ -197,11 +245,11 @@ class ActivityTask(Task[Any]):
             f"activity {self.name!r} failed after {self.attempt} attempt(s): "
             f"{failure.type}: {failure.message}"
         )
-        self._fail(raised_from(ActivityFailedError(message, failure), failure))
+        self.set_exception(raised_from(ActivityFailedError(message, failure), failure))
 
     def _drop_timeout(self) -> None:
         timeout = self._timeout
-        if timeout is not None and timeout._state == PENDING:
+        if timeout is not None and not timeout.done():
             self._gen.ready.append(timeout.cancel)
         self._timeout = None
 
@@ -223,7 +271,7 @@ class ActivityTask(Task[Any]):
             self.attempt += 1
             self._start_attempt()
 
-    def _timer_fired(self, timer: TimerTask) -> None:
+    def timer_fired(self, timer: TimerTask) -> None:
         """*apply*: the start-to-close timeout or the backoff timer fired."""
         if timer is self._timeout:
             self._timeout = None
@@ -256,7 +304,7 @@ class ChildTask(Task[Any]):
 
     def __init__(
         self,
-        gen: Generation,
+        gen: TaskHost,
         name: str,
         input: Payload | None,
         instance_id: str | None,
@@ -296,7 +344,7 @@ class ChildTask(Task[Any]):
                 f"child workflow {self.name!r} ({self.instance_id}) failed: "
                 f"{failure.type}: {failure.message}"
             )
-            self._fail(raised_from(ChildWorkflowFailedError(message, failure), failure))
+            self.set_exception(raised_from(ChildWorkflowFailedError(message, failure), failure))
 
 
 class EventWait(Task[Any]):
@@ -304,7 +352,7 @@ class EventWait(Task[Any]):
 
     __slots__ = ("_gen", "_timeout_ms", "_timer", "name")
 
-    def __init__(self, gen: Generation, name: str, timeout_ms: int | None) -> None:
+    def __init__(self, gen: TaskHost, name: str, timeout_ms: int | None) -> None:
         super().__init__()
         self._gen = gen
         self.name = name
@@ -321,7 +369,7 @@ class EventWait(Task[Any]):
     def deliver(self, payload: Payload | None) -> None:
         """*apply*: the event arrived."""
         timer = self._timer
-        if timer is not None and timer._state == PENDING:
+        if timer is not None and not timer.done():
             self._gen.ready.append(timer.cancel)
         _decoded(self, payload)
 
@@ -330,11 +378,11 @@ class EventWait(Task[Any]):
         if waiting is not None and self in waiting:
             waiting.remove(self)
 
-    def _timer_fired(self, timer: TimerTask) -> None:
+    def timer_fired(self, timer: TimerTask) -> None:
         """*apply*: the timeout fired first."""
         if self._state == PENDING:
             self._unlist()
-            self._fail(
+            self.set_exception(
                 WorkflowTimeoutError(
                     f"no event {self.name!r} arrived within {_seconds(self._timeout_ms or 0)}"
                 )
@@ -351,7 +399,7 @@ class ConditionTask(Task[None]):
     __slots__ = ("_gen", "_timeout_ms", "_timer", "predicate")
 
     def __init__(
-        self, gen: Generation, predicate: Callable[[], object], timeout_ms: int | None
+        self, gen: TaskHost, predicate: Callable[[], object], timeout_ms: int | None
     ) -> None:
         super().__init__()
         self._gen = gen
@@ -368,23 +416,23 @@ class ConditionTask(Task[None]):
             holds = bool(self.predicate())
         except Exception as exc:  # the waiter sees the predicate's error
             self._finish()
-            self._fail(exc)
+            self.set_exception(exc)
             return
         if holds:
             self._finish()
-            self._resolve(None)
+            self.set_result(None)
 
     def _finish(self) -> None:
         if self in self._gen.conditions:
             self._gen.conditions.remove(self)
         _cancel_if_pending(self._timer)
 
-    def _timer_fired(self, timer: TimerTask) -> None:
+    def timer_fired(self, timer: TimerTask) -> None:
         """*apply*"""
         if self._state == PENDING:
             if self in self._gen.conditions:
                 self._gen.conditions.remove(self)
-            self._fail(
+            self.set_exception(
                 WorkflowTimeoutError(
                     f"condition did not become true within {_seconds(self._timeout_ms or 0)}"
                 )

@@ -69,13 +69,12 @@ from engine.runtime.actions import (
     TurnResult,
 )
 from engine.runtime.context import WorkflowContext
-from engine.runtime.driver import DEFAULT_STEP_BUDGET, Thread, run_ready
+from engine.runtime.driver import DEFAULT_STEP_BUDGET, Fiber, run_ready
 from engine.runtime.fastjson import decode, encode
 from engine.runtime.generation import Generation
 from engine.runtime.handlers import INBOUND, RECORDED, deliver_event
-from engine.runtime.journal import COMMAND_TYPES, Journal, describe
+from engine.runtime.journal import DECISION_TYPES, Journal, describe
 from engine.runtime.registry import Registry, WorkflowDefinition
-from engine.runtime.tasks import PENDING
 
 MAX_CONTINUES_PER_TURN = 1000
 """Continue-as-new chains longer than this within one turn fail the instance."""
@@ -298,7 +297,7 @@ class WorkflowExecution:
             sequence += 1
             body = event.body
             kind = type(body)
-            if kind in COMMAND_TYPES and (
+            if kind in DECISION_TYPES and (
                 kind is not ExecutionCompleted or body.status is not RuntimeStatus.TERMINATED  # type: ignore[attr-defined]
             ):
                 if commands_from < 0:
@@ -328,8 +327,7 @@ class WorkflowExecution:
     def _replay_turn(self, start: int, end: int) -> None:
         """Re-run the code for one recorded turn and check it decided the same."""
         journal = self._journal
-        journal._cursor = start
-        journal._end = end
+        journal.expect(start, end)
         gen = self._gen
         if gen is not None and gen.ready:
             self._run_code()
@@ -418,7 +416,18 @@ class WorkflowExecution:
             )
         return handler(self, body)
 
-    def _accept(self, body: EventBody) -> None:
+    # --- the interface the inbound handlers apply events through (handlers.EventTarget) ------
+
+    @property
+    def current_generation(self) -> Generation | None:
+        """The running generation's state; None before ExecutionStarted."""
+        return self._gen
+
+    def set_suspended(self, suspended: bool) -> None:
+        """Apply ExecutionSuspended (True) or ExecutionResumed (False)."""
+        self._status = RuntimeStatus.SUSPENDED if suspended else RuntimeStatus.RUNNING
+
+    def journal_inbound(self, body: EventBody) -> None:
         """Journal an accepted inbound event (opening the turn with TurnStarted)."""
         journal = self._journal
         if journal.replaying:
@@ -437,7 +446,7 @@ class WorkflowExecution:
 
     # --- running the code ---------------------------------------------------------------------
 
-    def _begin(self, started: ExecutionStarted) -> None:
+    def begin_generation(self, started: ExecutionStarted) -> None:
         """Start a generation: its state, its context and its main coroutine."""
         journal = self._journal
         if self._started is None:
@@ -447,12 +456,11 @@ class WorkflowExecution:
         self._status = RuntimeStatus.RUNNING
         gen = Generation(journal, self._registry, self.instance_id, journal.generation, started)
         gen.custom_status = custom
-        gen.ctx = WorkflowContext(gen)
         self._gen = gen
-        gen.start_main(self._main_coroutine(gen, started))
+        gen.start_main(self._main_coroutine(WorkflowContext(gen), started))
 
     def _main_coroutine(
-        self, gen: Generation, started: ExecutionStarted
+        self, ctx: WorkflowContext, started: ExecutionStarted
     ) -> Coroutine[Any, Any, Any]:
         try:
             definition = self._registry.get_workflow(started.name, started.version)
@@ -462,15 +470,14 @@ class WorkflowExecution:
             return _raise(exc)
         try:
             value = decode(started.input)
-            assert gen.ctx is not None
             if definition.takes_input:
-                return definition.fn(gen.ctx, value)
-            return definition.fn(gen.ctx)
+                return definition.fn(ctx, value)
+            return definition.fn(ctx)
         except (CodecError, TypeError) as exc:
             return _raise(exc)
 
     def _run_code(self) -> None:
-        """Run the current generation until every thread waits, then settle its end."""
+        """Run the current generation until every fiber waits, then settle its end."""
         continues = 0
         while True:
             gen = self._gen
@@ -483,7 +490,7 @@ class WorkflowExecution:
                 self._end(RuntimeStatus.FAILED, None, failure_from_exception(exc))
                 return
             if not gen.halt:
-                return  # every thread waits on something durable
+                return  # every fiber waits on something durable
             if gen.fatal is not None:
                 raise gen.fatal
             if gen.continue_requested:
@@ -495,16 +502,17 @@ class WorkflowExecution:
                     continue
                 return
             main = gen.main
-            if main is not None and main._state != PENDING:
+            if main is not None and main.done():
                 self._finish(main)
             return
 
-    def _finish(self, main: Thread[Any]) -> None:
-        if main._error is not None:
-            self._end(RuntimeStatus.FAILED, None, failure_from_exception(main._error))
+    def _finish(self, main: Fiber[Any]) -> None:
+        error = main.exception()
+        if error is not None:
+            self._end(RuntimeStatus.FAILED, None, failure_from_exception(error))
             return
         try:
-            output = encode(main._value)
+            output = encode(main.result())
         except CodecError as exc:
             self._end(RuntimeStatus.FAILED, None, failure_from_exception(exc))
             return
@@ -544,7 +552,7 @@ class WorkflowExecution:
                 CancelTimer(t.task_id, t.fire_at_ms, generation=gen.number) for t in timers
             )
 
-    def _terminate(self, body: ExecutionTerminated) -> None:
+    def apply_termination(self, body: ExecutionTerminated) -> None:
         """Apply ExecutionTerminated: the instance ends TERMINATED right away."""
         gen = self._gen
         assert gen is not None and self._started is not None
@@ -587,7 +595,7 @@ class WorkflowExecution:
         journal.generation = new_number
         journal.events = []
         journal.append(started)
-        self._begin(started)
+        self.begin_generation(started)
         new_gen = self._gen
         assert new_gen is not None
         for name, payload in carried:

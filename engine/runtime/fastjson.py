@@ -15,17 +15,17 @@ from json.encoder import encode_basestring_ascii
 from json.scanner import make_scanner
 from typing import Any
 
-from engine.core import payloads
-from engine.core.payloads import JSON, JsonConverter, Payload, from_payload, to_payload
+from engine.core.payloads import (
+    JSON,
+    Payload,
+    default_json_in_use,
+    from_payload,
+    to_payload,
+)
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
 _DECODER = json.JSONDecoder()
 _SCAN = make_scanner(_DECODER)  # type: ignore[arg-type]
-
-
-# The converter table is private to engine.core.payloads; reading it is how we know that
-# the default JSON converter (whose output this module reproduces) is still in place.
-_CONVERTERS = payloads._CONVERTERS
 
 
 def encode(value: Any) -> Payload | None:
@@ -35,7 +35,7 @@ def encode(value: Any) -> Payload | None:
     kind = type(value)
     if kind is Payload:
         return value  # type: ignore[no-any-return]
-    if kind is bytes or type(_CONVERTERS.get(JSON)) is not JsonConverter:
+    if kind is bytes or not default_json_in_use():
         return to_payload(value)
     if kind is int:
         text = int.__repr__(value)
@@ -53,7 +53,7 @@ def decode(payload: Payload | None) -> Any:
     """``from_payload(payload)``."""
     if payload is None:
         return None
-    if payload.encoding != JSON or type(_CONVERTERS.get(JSON)) is not JsonConverter:
+    if payload.encoding != JSON or not default_json_in_use():
         return from_payload(payload)
     data = payload.data
     if not data:

@@ -1,4 +1,4 @@
-"""One generation of an instance: its threads, waiting points and decisions.
+"""One generation of an instance: its fibers, waiting points and decisions.
 
 A generation runs from an ExecutionStarted to the instance's end or to a continue-as-new.
 Task ids, uuids and the seeded random generator all restart with each generation, so
@@ -32,15 +32,14 @@ from engine.core.history import (
 from engine.core.payloads import Payload
 from engine.runtime.actions import RunInlineStep, SendEvent, SetCustomStatus
 from engine.runtime.cancel import cancelled_error
-from engine.runtime.driver import Thread
+from engine.runtime.driver import Fiber
 from engine.runtime.durable import ChildTask, ConditionTask, EventWait, TimerTask
 from engine.runtime.failures import raised_from
 from engine.runtime.fastjson import decode, encode
 from engine.runtime.journal import Journal
-from engine.runtime.tasks import PENDING, Task, completed_task, failed_task
+from engine.runtime.tasks import Task, completed_task, failed_task
 
 if TYPE_CHECKING:
-    from engine.runtime.context import WorkflowContext
     from engine.runtime.registry import Registry
 
 B = TypeVar("B", bound=EventBody)
@@ -60,11 +59,11 @@ class Generation:
         "conditions",
         "continue_input",
         "continue_requested",
-        "ctx",
         "custom_status",
         "event_buffers",
         "event_waiters",
         "fatal",
+        "fibers",
         "halt",
         "instance_id",
         "journal",
@@ -77,7 +76,6 @@ class Generation:
         "run_inline_steps",
         "started",
         "tasks",
-        "threads",
         "timers",
         "uuid_counter",
     )
@@ -96,7 +94,7 @@ class Generation:
         self.number = number
         self.started = started
         self.ready: deque[Callable[[], object]] = deque()
-        self.threads: list[Thread[Any]] = []
+        self.fibers: list[Fiber[Any]] = []
         self.tasks: dict[int, Task[Any]] = {}
         self.timers: dict[int, TimerTask] = {}
         self.children: dict[int, ChildTask] = {}
@@ -109,12 +107,11 @@ class Generation:
         self.fatal: BaseException | None = None
         self.continue_requested = False
         self.continue_input: Payload | None = None
-        self.main: Thread[Any] | None = None
+        self.main: Fiber[Any] | None = None
         self.closing = False
         self.run_inline_steps = True
         self.uuid_counter = 0
         self.rng: random.Random | None = None
-        self.ctx: WorkflowContext | None = None
         self.custom_status: Payload | None = None
 
     # --- journaling ---------------------------------------------------------------------------
@@ -144,31 +141,31 @@ class Generation:
             self.fatal = err
         self.halt = True
 
-    # --- threads ------------------------------------------------------------------------------
+    # --- fibers ------------------------------------------------------------------------------
 
     def start_main(self, coro: Coroutine[Any, Any, Any]) -> None:
-        self.main = Thread(self, coro)
-        self.main._add_waiter(self)
+        self.main = Fiber(self, coro)
+        self.main.add_waiter(self)
 
-    def _wakeup(self, task: Task[Any]) -> None:
+    def wakeup(self, task: Task[Any]) -> None:
         """The main coroutine finished: the generation ends."""
         self.halt = True
 
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> Thread[Any]:
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> Fiber[Any]:
         if self.closing:
             coro.close()
             raise cancelled_error("the workflow generation has ended")
-        threads = self.threads
-        if len(threads) >= 1024 and len(threads) % 1024 == 0:
-            threads[:] = [t for t in threads if t._state == PENDING]
-        return Thread(self, coro)
+        fibers = self.fibers
+        if len(fibers) >= 1024 and len(fibers) % 1024 == 0:
+            fibers[:] = [t for t in fibers if not t.done()]
+        return Fiber(self, coro)
 
     def check_conditions(self) -> None:
         """Evaluate pending ``wait_condition`` predicates in registration order."""
         for condition in list(self.conditions):
             if self.halt:
                 return
-            if condition._state == PENDING:
+            if not condition.done():
                 condition.evaluate()
 
     # --- decisions asked for by the context ---------------------------------------------------
@@ -277,12 +274,12 @@ class Generation:
     # --- the end ------------------------------------------------------------------------------
 
     def close(self) -> list[TimerTask]:
-        """End the generation: stop all threads; return the timers still pending."""
+        """End the generation: stop all fibers; return the timers still pending."""
         self.closing = True
         self.halt = True
         self.ready.clear()
-        for thread in self.threads:
-            thread.close()
+        for fiber in self.fibers:
+            fiber.close()
         pending = list(self.timers.values())
         self.timers.clear()
         return pending

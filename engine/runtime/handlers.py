@@ -1,16 +1,18 @@
 """Inbound event handlers: one small function per event kind.
 
 A handler either refuses an event (returning the reason, with no side effect) or accepts
-it: it journals the event (``ex._accept``) and then applies it. Applying only changes state
-and queues waiters; the code runs after all of a turn's events are applied. The same
-handlers apply recorded events on replay, where ``_accept`` journals nothing.
+it: it journals the event (``ex.journal_inbound``) and then applies it. Applying only
+changes state and queues waiters; the code runs after all of a turn's events are applied.
+The same handlers apply recorded events on replay, where ``journal_inbound`` journals
+nothing. Handlers see the execution only through :class:`EventTarget`, so this module does
+not import the executor.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from engine.core.history import (
     ChildWorkflowCompleted,
@@ -27,14 +29,29 @@ from engine.core.history import (
     TaskFailed,
     TimerFired,
 )
-from engine.runtime.durable import RUNNING, ActivityTask, ChildTask, TimerTask
+from engine.runtime.durable import RUNNING, ActivityCall, ChildTask, TimerTask
 from engine.runtime.generation import Generation
-from engine.runtime.tasks import PENDING
 
-if TYPE_CHECKING:
-    from engine.runtime.executor import WorkflowExecution
 
-Handler = Callable[["WorkflowExecution", Any], "str | None"]
+class EventTarget(Protocol):
+    """What a handler applies an event to (the executor's WorkflowExecution)."""
+
+    @property
+    def current_generation(self) -> Generation | None: ...
+
+    @property
+    def status(self) -> RuntimeStatus: ...
+
+    def journal_inbound(self, body: EventBody) -> None: ...
+
+    def begin_generation(self, started: ExecutionStarted) -> None: ...
+
+    def apply_termination(self, body: ExecutionTerminated) -> None: ...
+
+    def set_suspended(self, suspended: bool) -> None: ...
+
+
+InboundHandler = Callable[[EventTarget, Any], "str | None"]
 
 
 def _unknown(gen: Generation, task_id: int, kind: str) -> str:
@@ -44,60 +61,60 @@ def _unknown(gen: Generation, task_id: int, kind: str) -> str:
     return f"task {task_id} of generation {gen.number} is a {type(task).__name__}, not {kind}"
 
 
-def _current(ex: WorkflowExecution) -> Generation:
-    gen = ex._gen
+def _current(ex: EventTarget) -> Generation:
+    gen = ex.current_generation
     assert gen is not None  # guaranteed: events before ExecutionStarted are refused earlier
     return gen
 
 
-def on_started(ex: WorkflowExecution, body: ExecutionStarted) -> str | None:
-    if ex._gen is not None:
+def on_started(ex: EventTarget, body: ExecutionStarted) -> str | None:
+    if ex.current_generation is not None:
         return "the instance has already started"
-    ex._accept(body)
-    ex._begin(body)
+    ex.journal_inbound(body)
+    ex.begin_generation(body)
     return None
 
 
-def on_task_completed(ex: WorkflowExecution, body: TaskCompleted) -> str | None:
-    gen = ex._gen
+def on_task_completed(ex: EventTarget, body: TaskCompleted) -> str | None:
+    gen = ex.current_generation
     assert gen is not None
     task = gen.tasks.get(body.task_id)
-    if type(task) is not ActivityTask:
+    if type(task) is not ActivityCall:
         return _unknown(gen, body.task_id, "an activity")
     if task.phase != RUNNING or task.attempt != body.attempt:
         return task.check_result(body.attempt)
-    ex._accept(body)
+    ex.journal_inbound(body)
     task.completed(body.output)
     return None
 
 
-def on_task_failed(ex: WorkflowExecution, body: TaskFailed) -> str | None:
+def on_task_failed(ex: EventTarget, body: TaskFailed) -> str | None:
     gen = _current(ex)
     task = gen.tasks.get(body.task_id)
-    if type(task) is not ActivityTask:
+    if type(task) is not ActivityCall:
         return _unknown(gen, body.task_id, "an activity")
     reason = task.check_result(body.attempt)
     if reason is not None:
         return reason
-    ex._accept(body)
+    ex.journal_inbound(body)
     task.failed(body.failure)
     return None
 
 
-def on_timer_fired(ex: WorkflowExecution, body: TimerFired) -> str | None:
+def on_timer_fired(ex: EventTarget, body: TimerFired) -> str | None:
     gen = _current(ex)
     task = gen.tasks.get(body.task_id)
     if type(task) is not TimerTask:
         return _unknown(gen, body.task_id, "a timer")
-    if task._state != PENDING:
+    if task.done():
         how = "was cancelled" if task.cancelled() else "has already fired"
         return f"timer {body.task_id} of generation {gen.number} {how}"
-    ex._accept(body)
+    ex.journal_inbound(body)
     task.fire()
     return None
 
 
-def _child(ex: WorkflowExecution, task_id: int) -> tuple[ChildTask | None, str | None]:
+def _child(ex: EventTarget, task_id: int) -> tuple[ChildTask | None, str | None]:
     gen = _current(ex)
     task = gen.tasks.get(task_id)
     if type(task) is not ChildTask:
@@ -107,26 +124,26 @@ def _child(ex: WorkflowExecution, task_id: int) -> tuple[ChildTask | None, str |
     return task, None
 
 
-def on_child_completed(ex: WorkflowExecution, body: ChildWorkflowCompleted) -> str | None:
+def on_child_completed(ex: EventTarget, body: ChildWorkflowCompleted) -> str | None:
     task, reason = _child(ex, body.task_id)
     if task is None:
         return reason
-    ex._accept(body)
+    ex.journal_inbound(body)
     task.completed(body.output)
     return None
 
 
-def on_child_failed(ex: WorkflowExecution, body: ChildWorkflowFailed) -> str | None:
+def on_child_failed(ex: EventTarget, body: ChildWorkflowFailed) -> str | None:
     task, reason = _child(ex, body.task_id)
     if task is None:
         return reason
-    ex._accept(body)
+    ex.journal_inbound(body)
     task.failed(body.failure)
     return None
 
 
-def on_event_raised(ex: WorkflowExecution, body: EventRaised) -> str | None:
-    ex._accept(body)
+def on_event_raised(ex: EventTarget, body: EventRaised) -> str | None:
+    ex.journal_inbound(body)
     deliver_event(_current(ex), body)
     return None
 
@@ -136,7 +153,7 @@ def deliver_event(gen: Generation, body: EventRaised) -> None:
     waiters = gen.event_waiters.get(body.name)
     while waiters:
         waiter = waiters.pop(0)
-        if waiter._state == PENDING:
+        if not waiter.done():
             waiter.deliver(body.input)
             return
     buffered = gen.event_buffers.get(body.name)
@@ -146,36 +163,36 @@ def deliver_event(gen: Generation, body: EventRaised) -> None:
     gen.arrivals += 1
 
 
-def on_terminated(ex: WorkflowExecution, body: ExecutionTerminated) -> str | None:
-    ex._accept(body)
-    ex._terminate(body)
+def on_terminated(ex: EventTarget, body: ExecutionTerminated) -> str | None:
+    ex.journal_inbound(body)
+    ex.apply_termination(body)
     return None
 
 
-def on_suspended(ex: WorkflowExecution, body: ExecutionSuspended) -> str | None:
-    if ex._status is RuntimeStatus.SUSPENDED:
+def on_suspended(ex: EventTarget, body: ExecutionSuspended) -> str | None:
+    if ex.status is RuntimeStatus.SUSPENDED:
         return "the instance is already suspended"
-    ex._accept(body)
-    ex._status = RuntimeStatus.SUSPENDED
+    ex.journal_inbound(body)
+    ex.set_suspended(True)
     return None
 
 
-def on_resumed(ex: WorkflowExecution, body: ExecutionResumed) -> str | None:
-    if ex._status is not RuntimeStatus.SUSPENDED:
-        return f"the instance is not suspended (it is {ex._status.value})"
-    ex._accept(body)
-    ex._status = RuntimeStatus.RUNNING
+def on_resumed(ex: EventTarget, body: ExecutionResumed) -> str | None:
+    if ex.status is not RuntimeStatus.SUSPENDED:
+        return f"the instance is not suspended (it is {ex.status.value})"
+    ex.journal_inbound(body)
+    ex.set_suspended(False)
     return None
 
 
-def on_recorded_end(ex: WorkflowExecution, body: ExecutionCompleted) -> str | None:
+def on_recorded_end(ex: EventTarget, body: ExecutionCompleted) -> str | None:
     """Replay only: the ExecutionCompleted that a termination appended."""
-    if body.status is RuntimeStatus.TERMINATED and ex._status is RuntimeStatus.TERMINATED:
+    if body.status is RuntimeStatus.TERMINATED and ex.status is RuntimeStatus.TERMINATED:
         return None
-    return f"the instance is {ex._status.value}, not {body.status.value}"
+    return f"the instance is {ex.status.value}, not {body.status.value}"
 
 
-INBOUND: dict[type[EventBody], Handler] = {
+INBOUND: dict[type[EventBody], InboundHandler] = {
     ExecutionStarted: on_started,
     TaskCompleted: on_task_completed,
     TaskFailed: on_task_failed,
@@ -189,5 +206,5 @@ INBOUND: dict[type[EventBody], Handler] = {
 }
 """Events the processor may offer to an instance in a turn."""
 
-RECORDED: dict[type[EventBody], Handler] = {**INBOUND, ExecutionCompleted: on_recorded_end}
+RECORDED: dict[type[EventBody], InboundHandler] = {**INBOUND, ExecutionCompleted: on_recorded_end}
 """Events applied from history on replay (commands excluded)."""

@@ -39,7 +39,7 @@ from engine.runtime.actions import Action
 
 B = TypeVar("B", bound=EventBody)
 
-COMMAND_TYPES: frozenset[type[EventBody]] = frozenset(
+DECISION_TYPES: frozenset[type[EventBody]] = frozenset(
     {
         TaskScheduled,
         InlineStepCompleted,

@@ -16,13 +16,11 @@ fixed order, and replay makes them again in the same order.
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from collections import deque
+from collections.abc import Callable, Generator
+from typing import Any, Generic, Protocol, TypeVar
 
 from engine.runtime.cancel import cancelled_error, is_cancelled
-
-if TYPE_CHECKING:
-    from engine.runtime.generation import Generation
 
 T = TypeVar("T")
 
@@ -31,10 +29,17 @@ DONE = 1
 FAILED = 2
 
 
+class ReadyQueue(Protocol):
+    """Where work that may run now waits for the driver (a generation's ready queue)."""
+
+    @property
+    def ready(self) -> deque[Callable[[], object]]: ...
+
+
 class Waiter(Protocol):
     """Something that wants to know when a task resolves."""
 
-    def _wakeup(self, task: Task[Any]) -> None: ...
+    def wakeup(self, task: Task[Any]) -> None: ...
 
 
 class Task(Generic[T]):
@@ -92,7 +97,7 @@ class Task(Generic[T]):
             return False
         self._cancel_hook()
         if self._state == PENDING:
-            self._fail(cancelled_error())
+            self.set_exception(cancelled_error())
         return True
 
     # --- runtime side -------------------------------------------------------------------------
@@ -100,35 +105,35 @@ class Task(Generic[T]):
     def _cancel_hook(self) -> None:
         """Kind-specific clean-up when cancelled (overridden by durable tasks)."""
 
-    def _resolve(self, value: Any) -> None:
+    def set_result(self, value: Any) -> None:
         self._state = DONE
         self._value = value
         waiters = self._waiters
         if waiters is not None:
             self._waiters = None
             for waiter in waiters:
-                waiter._wakeup(self)
+                waiter.wakeup(self)
 
-    def _fail(self, error: BaseException) -> None:
+    def set_exception(self, error: BaseException) -> None:
         self._state = FAILED
         self._error = error
         waiters = self._waiters
         if waiters is not None:
             self._waiters = None
             for waiter in waiters:
-                waiter._wakeup(self)
+                waiter.wakeup(self)
 
-    def _add_waiter(self, waiter: Waiter) -> None:
+    def add_waiter(self, waiter: Waiter) -> None:
         if self._waiters is None:
             self._waiters = [waiter]
         else:
             self._waiters.append(waiter)
 
-    def _remove_waiter(self, waiter: Waiter) -> None:
+    def remove_waiter(self, waiter: Waiter) -> None:
         if self._waiters is not None and waiter in self._waiters:
             self._waiters.remove(waiter)
 
-    def _sole_waiter(self, waiter: Waiter) -> bool:
+    def has_sole_waiter(self, waiter: Waiter) -> bool:
         waiters = self._waiters
         return waiters is not None and len(waiters) == 1 and waiters[0] is waiter
 
@@ -136,16 +141,14 @@ class Task(Generic[T]):
 def completed_task(value: Any) -> Task[Any]:
     """A task that is already resolved with ``value``."""
     task: Task[Any] = Task()
-    task._state = DONE
-    task._value = value
+    task.set_result(value)
     return task
 
 
 def failed_task(error: BaseException) -> Task[Any]:
     """A task that has already failed with ``error``."""
     task: Task[Any] = Task()
-    task._state = FAILED
-    task._error = error
+    task.set_exception(error)
     return task
 
 
@@ -162,28 +165,29 @@ class WhenAll(Task[list[Any]]):
         self._tasks = tasks
         left = 0
         for task in tasks:
-            if task._state == PENDING:
+            if not task.done():
                 left += 1
-                task._add_waiter(self)
-            elif task._error is not None and self._state == PENDING:
-                self._fail(task._error)
+                task.add_waiter(self)
+            elif (error := task.exception()) is not None and self._state == PENDING:
+                self.set_exception(error)
         self._left = left
         if left == 0 and self._state == PENDING:
-            self._resolve([task._value for task in tasks])
+            self.set_result([task.result() for task in tasks])
 
-    def _wakeup(self, task: Task[Any]) -> None:
+    def wakeup(self, task: Task[Any]) -> None:
         if self._state != PENDING:
             return
-        if task._error is not None:
-            self._fail(task._error)
+        error = task.exception()
+        if error is not None:
+            self.set_exception(error)
             return
         self._left -= 1
         if self._left == 0:
-            self._resolve([t._value for t in self._tasks])
+            self.set_result([t.result() for t in self._tasks])
 
     def _cancel_hook(self) -> None:
         for task in self._tasks:
-            if task._state == PENDING:
+            if not task.done():
                 task.cancel()
 
 
@@ -192,38 +196,38 @@ class WhenAny(Task[Task[Any]]):
 
     The winner is returned as a task: awaiting it gives its value or raises its error. The
     losers are cancelled by the running code (after the current step), so that pending timers
-    among them are journaled as cancelled and cancelled threads get ``CancelledError``.
+    among them are journaled as cancelled and cancelled fibers get ``CancelledError``.
     """
 
     __slots__ = ("_gen", "_tasks")
 
-    def __init__(self, gen: Generation, tasks: list[Task[Any]]) -> None:
+    def __init__(self, gen: ReadyQueue, tasks: list[Task[Any]]) -> None:
         super().__init__()
         if not tasks:
             raise ValueError("when_any needs at least one task")
         self._gen = gen
         self._tasks = tasks
         for task in tasks:
-            if task._state != PENDING:
-                self._resolve(task)
+            if task.done():
+                self.set_result(task)
                 self._cancel_losers()
                 return
         for task in tasks:
-            task._add_waiter(self)
+            task.add_waiter(self)
 
-    def _wakeup(self, task: Task[Any]) -> None:
+    def wakeup(self, task: Task[Any]) -> None:
         if self._state == PENDING:
             # queue the cancellation first, so that it happens before any waiter resumes
             self._gen.ready.append(self._cancel_losers)
-            self._resolve(task)
+            self.set_result(task)
 
     def _cancel_losers(self) -> None:
         winner = self._value
         for task in self._tasks:
-            if task is not winner and task._state == PENDING:
+            if task is not winner and not task.done():
                 task.cancel()
 
     def _cancel_hook(self) -> None:
         for task in self._tasks:
-            if task._state == PENDING:
+            if not task.done():
                 task.cancel()

@@ -1,7 +1,8 @@
 """A record as consumed from a topic, before any decoding.
 
-The worker (activity tasks) and the audit readers (history, changelogs, status) both work on
-raw records; they share this one type so that adapters hand over the same shape everywhere.
+The processor (its input topics), the worker (activity tasks) and the audit readers
+(history, changelogs, status) all work on raw records; they share this one type so that
+adapters, and the in-process test engine, hand over the same shape everywhere.
 """
 
 from __future__ import annotations
@@ -18,3 +19,6 @@ class RawRecord:
     key: bytes | None
     value: bytes | None
     timestamp_ms: int = 0
+    #: The topic it was read from (readers of a single topic may leave it empty).
+    topic: str = ""
+    headers: tuple[tuple[str, bytes], ...] = ()

@@ -35,9 +35,10 @@ from engine.codec import decode_message, encode_message
 from engine.core.activity_info import ActivityContext, activity_scope
 from engine.core.errors import CodecError, NotRegisteredError, TurnstileError
 from engine.core.failure import FailureDetails, failure_from_exception
-from engine.core.messages import ActivityResult, ActivityTask, DeadLetter
+from engine.core.messages import ActivityResult, ActivityTask
 from engine.core.payloads import Payload, from_payload, to_payload
 from engine.runtime.registry import Registry
+from engine.services.dead_letters import dead_letter_of
 from engine.services.records import RawRecord as TaskRecord
 
 __all__ = [
@@ -77,27 +78,8 @@ class Outbound:
 
 def dead_letter(record: TaskRecord, topic: str, reason: str) -> Outbound:
     """The dead-letter record for an unusable input record, with the reason in headers."""
-    try:
-        instance = record.key.decode("utf-8") if record.key else ""
-    except UnicodeDecodeError:
-        instance = ""
-    letter = DeadLetter(
-        instance_id=instance,
-        reason=reason,
-        source_topic=topic,
-        source_partition=record.partition,
-        source_offset=record.offset,
-        key=record.key,
-        value=record.value,
-        timestamp_ms=record.timestamp_ms,
-    )
-    headers = (
-        ("reason", reason.encode()),
-        ("source-topic", topic.encode()),
-        ("source-partition", str(record.partition).encode()),
-        ("source-offset", str(record.offset).encode()),
-    )
-    return Outbound(record.key or b"", encode_message(letter), record.partition, True, headers)
+    value, headers = dead_letter_of(record, topic, reason)
+    return Outbound(record.key or b"", value, record.partition, True, headers)
 
 
 # --- activities ----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from engine.adapters.kafka_config import producer_config
 from engine.adapters.kafka_history import TopicReader, read_instance_history
 from engine.cli.main import main
 from engine.codec import decode_message, encode_message, write_history_file
+from engine.config.topics import topic_names
 from engine.core.history import HistoryEvent, RuntimeStatus, TaskScheduled
 from engine.core.messages import InstanceStatus
 from engine.core.payloads import to_payload
@@ -31,7 +32,6 @@ from engine.services.audit.records import ReadProgress
 from engine.services.audit.replay import DIVERGED, OK, ReplayChecker
 from engine.services.processor import keys
 from engine.services.processor.meta import decode_meta, encode_meta
-from engine.services.topics import topic_names
 
 pytestmark = pytest.mark.kafka
 

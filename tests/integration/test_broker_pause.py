@@ -25,8 +25,8 @@ from engine_harness import (
     wait_until,
 )
 
-from engine.adapters.local_kafka import LocalKafka
 from engine.core.history import RuntimeStatus
+from engine.dev.local_kafka import LocalKafka
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -22,13 +22,13 @@ from engine.adapters.kafka_config import (
 from engine.cli import client_cmds
 from engine.client import Client
 from engine.codec import decode_message, encode_message
+from engine.config.settings import Settings
+from engine.config.topics import TopicNames, topic_names
 from engine.core.errors import BrokerError, WaitTimeoutError
 from engine.core.history import RuntimeStatus
 from engine.core.keys import murmur2_partition
 from engine.core.messages import IdReusePolicy, InstanceStatus, RaiseEvent, StartWorkflow
 from engine.core.payloads import from_payload, to_payload
-from engine.services.config import Settings
-from engine.services.topics import TopicNames, topic_names
 
 pytestmark = pytest.mark.kafka
 

@@ -22,14 +22,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from engine.adapters.kafka_config import consumer_config, producer_config
 from engine.adapters.kafka_worker import KafkaWorker
 from engine.codec import decode_message, encode_message
+from engine.config.settings import Settings
+from engine.config.topics import TopicNames, topic_names
 from engine.core.activity_info import current_activity
 from engine.core.errors import ApplicationError
 from engine.core.keys import partition_for_instance
 from engine.core.messages import ActivityResult, ActivityTask, DeadLetter
 from engine.core.payloads import from_payload, to_payload
 from engine.runtime.registry import Registry
-from engine.services.config import Settings
-from engine.services.topics import TopicNames, topic_names
 
 pytestmark = pytest.mark.kafka
 

@@ -61,7 +61,7 @@ from engine.services.audit.state import (
 )
 from engine.services.audit.timeline import event_line, format_time, timeline_json, timeline_lines
 from engine.services.processor import keys
-from engine.services.processor.meta import InstanceMeta, encode_meta
+from engine.services.processor.meta import InstanceRow, encode_meta
 
 START_MS = 1_700_000_000_000
 
@@ -351,9 +351,9 @@ def test_inline_steps_are_not_run_again_on_replay() -> None:
 # --- state rebuild and comparison ------------------------------------------------------------
 
 
-def _meta_from(execution: WorkflowExecution, fold: InstanceFold) -> InstanceMeta:
+def _meta_from(execution: WorkflowExecution, fold: InstanceFold) -> InstanceRow:
     status = execution.metadata()
-    return InstanceMeta(
+    return InstanceRow(
         instance_id=status.instance_id,
         name=status.name,
         version=status.version,
@@ -441,7 +441,7 @@ def test_a_missing_row_and_a_missing_status_record_are_differences() -> None:
 def test_purged_and_not_started_instances_are_not_differences() -> None:
     records, _, _ = _engine_state(_registry(), "order-1", "pay.checkout", 4)
     tables = ProcessorTables()
-    pending = InstanceMeta("later", name="pay.checkout", status=RuntimeStatus.PENDING)
+    pending = InstanceRow("later", name="pay.checkout", status=RuntimeStatus.PENDING)
     tables.apply(keys.meta_key("later"), encode_meta(pending))
     statuses = {"later": pending.to_status()}
     report = compare(fold_histories(_decoded(records)), tables, statuses)

@@ -72,3 +72,17 @@ def test_the_public_api_is_exported() -> None:
         assert name in engine.__all__ and hasattr(engine, name)
     for name in engine.__all__:
         assert getattr(engine, name) is not None
+
+
+def test_the_test_kit_runs_without_kafka_or_rocksdb() -> None:
+    """Users import engine.testing where there is no broker and no RocksDB."""
+    code = (
+        "import json, sys, engine.testing; "
+        "print(json.dumps(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in {'confluent_kafka', 'rocksdict'} "
+        "or m.startswith(('engine.adapters', 'engine.cli', 'engine.dev')))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout) == []

@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from engine.core.errors import ConfigurationError
-from engine.services.config import Settings
-from engine.services.topics import (
+from engine.config.settings import Settings
+from engine.config.topics import (
     ActualTopic,
     DesiredTopic,
     default_spec_path,
@@ -21,6 +20,7 @@ from engine.services.topics import (
     parse_spec,
     topic_names,
 )
+from engine.core.errors import ConfigurationError
 
 SPEC = load_spec()
 SETTINGS = Settings(namespace="shop", partitions=12, replication_factor=3)

@@ -92,12 +92,15 @@ class ChainResult:
     restarts: int = 0
     partial: bool = False
     broken: ChainBreak | None = None
-    _expected: int = 0
-    _gaps: set[int] = field(default_factory=set)
+    # --- where the verifier stands in this chain (not part of the verdict) ---
+    #: The sequence the next event should have.
+    expected_sequence: int = field(default=0, repr=False, compare=False)
+    #: Sequences skipped so far (one turning up later is reordered, not duplicated).
+    gaps: set[int] = field(default_factory=set, repr=False, compare=False)
     #: The sequence range of the first break when it is a gap (it may turn out reordered).
-    _first_gap: tuple[int, int] = (-1, -1)
+    first_gap: tuple[int, int] = field(default=(-1, -1), repr=False, compare=False)
     #: Hashes of the events that started a chain (a copy of one is a duplicate, not a restart).
-    _starts: set[bytes] = field(default_factory=set)
+    start_hashes: set[bytes] = field(default_factory=set, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -155,7 +158,7 @@ class ChainVerifier:
             chain = ChainResult(event.instance_id, first_sequence=event.sequence)
             if self.partial and event.sequence > 0:
                 chain.partial = True
-                chain._expected = event.sequence
+                chain.expected_sequence = event.sequence
                 chain.last_hash = event.previous_hash
             self._chains[event.instance_id] = chain
         return chain
@@ -164,7 +167,7 @@ class ChainVerifier:
         chain = self._chains.setdefault(instance_id, ChainResult(instance_id))
         chain.events += 1
         self._break(
-            chain, chain._expected, ALTERED, f"a record is not a valid history event: {exc}"
+            chain, chain.expected_sequence, ALTERED, f"a record is not a valid history event: {exc}"
         )
 
     def _altered_bytes(self, chain: ChainResult, event: HistoryEvent) -> None:
@@ -178,7 +181,7 @@ class ChainVerifier:
 
     def _link(self, chain: ChainResult, event: HistoryEvent) -> None:
         seq = event.sequence
-        if seq == chain._expected:
+        if seq == chain.expected_sequence:
             if event.previous_hash != chain.last_hash:
                 self._break(
                     chain,
@@ -189,30 +192,30 @@ class ChainVerifier:
                     f"re-hashed, or this one was put in place of the original",
                 )
             self._advance(chain, event)
-        elif seq == 0 and not event.previous_hash and event.hash not in chain._starts:
+        elif seq == 0 and not event.previous_hash and event.hash not in chain.start_hashes:
             chain.restarts += 1  # purged, then started again: a new chain
-            chain._expected, chain._gaps = 0, set()
+            chain.expected_sequence, chain.gaps = 0, set()
             self._advance(chain, event)
-        elif seq > chain._expected:
+        elif seq > chain.expected_sequence:
             self._gap(chain, event)
-        elif seq in chain._gaps:
-            chain._gaps.discard(seq)
+        elif seq in chain.gaps:
+            chain.gaps.discard(seq)
             self._reordered(chain, seq)
         else:
             self._break(
                 chain,
                 seq,
                 DUPLICATED,
-                f"event #{seq} appears again after #{chain._expected - 1} (a copy of it, or a "
-                f"second event with the same sequence number)",
+                f"event #{seq} appears again after #{chain.expected_sequence - 1} (a copy of "
+                f"it, or a second event with the same sequence number)",
             )
 
     def _gap(self, chain: ChainResult, event: HistoryEvent) -> None:
-        first, last = chain._expected, event.sequence - 1
-        if len(chain._gaps) < _MAX_GAP:
-            chain._gaps.update(range(first, min(last + 1, first + _MAX_GAP)))
+        first, last = chain.expected_sequence, event.sequence - 1
+        if len(chain.gaps) < _MAX_GAP:
+            chain.gaps.update(range(first, min(last + 1, first + _MAX_GAP)))
         if chain.broken is None:
-            chain._first_gap = (first, last)
+            chain.first_gap = (first, last)
         span = f"#{first}" if first == last else f"#{first}..#{last}"
         hint = ""
         if first == 0 and not self.partial:
@@ -227,20 +230,20 @@ class ChainVerifier:
 
     def _reordered(self, chain: ChainResult, seq: int) -> None:
         broken = chain.broken
-        first, last = chain._first_gap
+        first, last = chain.first_gap
         if broken is not None and broken.kind == MISSING and first <= seq <= last:
             chain.broken = None  # the "missing" event turned up: it was moved, not removed
         self._break(
             chain,
             seq,
             REORDERED,
-            f"event #{seq} comes after #{chain._expected - 1}: events are out of order",
+            f"event #{seq} comes after #{chain.expected_sequence - 1}: events are out of order",
         )
 
     def _advance(self, chain: ChainResult, event: HistoryEvent) -> None:
         if event.sequence == 0:
-            chain._starts.add(event.hash)
-        chain._expected = max(chain._expected, event.sequence + 1)
+            chain.start_hashes.add(event.hash)
+        chain.expected_sequence = max(chain.expected_sequence, event.sequence + 1)
         chain.last_hash = event.hash
 
     def _break(self, chain: ChainResult, seq: int, kind: str, detail: str) -> None:

@@ -33,11 +33,12 @@ from engine.core.history import (
     HistoryEvent,
     RuntimeStatus,
 )
+from engine.core.instance_row import InstanceRow
 from engine.core.messages import InstanceStatus
 from engine.core.payloads import Payload
 from engine.runtime.jsonhistory import failure_to_json, payload_to_json
 from engine.services.processor import keys
-from engine.services.processor.meta import InstanceMeta, decode_meta
+from engine.services.processor.meta import decode_meta
 
 __all__ = [
     "AuditReport",
@@ -155,7 +156,7 @@ class ProcessorTables:
     """
 
     def __init__(self) -> None:
-        self.metas: dict[str, InstanceMeta] = {}
+        self.metas: dict[str, InstanceRow] = {}
         self.rows: dict[str, dict[int, bytes]] = {}
         self.undecodable: dict[str, str] = {}
 
@@ -254,7 +255,7 @@ def _text(value: object) -> str:
     return repr(value)
 
 
-def _fields(view: InstanceMeta | InstanceStatus) -> dict[str, object]:
+def _fields(view: InstanceRow | InstanceStatus) -> dict[str, object]:
     return {
         "status": view.status,
         "generation": view.generation,
@@ -308,7 +309,7 @@ def _compare_rows(
 
 
 def _compare_state(
-    instance_id: str, fold: InstanceFold, meta: InstanceMeta | None, rows: Mapping[int, bytes]
+    instance_id: str, fold: InstanceFold, meta: InstanceRow | None, rows: Mapping[int, bytes]
 ) -> list[Difference]:
     if meta is None or meta.status is None:
         return [Difference(instance_id, "state", "row", _text(fold.status) + " instance", "no row")]
@@ -338,7 +339,7 @@ def _compare_status(
 
 
 def _without_history(
-    instance_id: str, meta: InstanceMeta | None, status: InstanceStatus | None
+    instance_id: str, meta: InstanceRow | None, status: InstanceStatus | None
 ) -> list[Difference]:
     """A row or status record with no history at all must be a run that never started."""
     diffs = []
@@ -352,7 +353,7 @@ def _without_history(
 def _is_purged(
     fold: InstanceFold,
     tables: ProcessorTables | None,
-    meta: InstanceMeta | None,
+    meta: InstanceRow | None,
     status: InstanceStatus | None,
     instance_id: str,
 ) -> bool:
@@ -370,7 +371,7 @@ def compare(
 
     ``tables`` or ``statuses`` may be None to leave that side out of the comparison.
     """
-    metas: Mapping[str, InstanceMeta] = {} if tables is None else tables.metas
+    metas: Mapping[str, InstanceRow] = {} if tables is None else tables.metas
     known = set(folds) | set(metas) | set(statuses or {})
     report = AuditReport(len(known), sum(f.events for f in folds.values()))
     for instance_id in sorted(known):

@@ -1,14 +1,16 @@
-"""Inbound handlers, one small function per record type.
+"""Inbound handlers, one small function per record type, each writing into the batch.
 
 Most handlers only queue an event on the instance's inbox; the workflow code runs when the
 batch ends. Starting and purging change the instance's row itself, so they are handled here.
+A new inbound record kind is one function here and one entry in :data:`MESSAGE_HANDLERS`
+(and, if it arrives on a new topic, one entry in ``inputs.accepted_kinds``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.core.errors import TurnstileError
 from engine.core.failure import FailureDetails
@@ -26,6 +28,7 @@ from engine.core.history import (
     TaskFailed,
     TimerFired,
 )
+from engine.core.instance_row import InstanceRow, PendingEvent
 from engine.core.messages import (
     ActivityResult,
     ChildResult,
@@ -38,11 +41,11 @@ from engine.core.messages import (
     SuspendWorkflow,
     TerminateWorkflow,
 )
+from engine.runtime.executor import WorkflowExecution
 from engine.services.processor import keys
-from engine.services.processor.meta import InstanceMeta, PendingEvent
-
-if TYPE_CHECKING:
-    from engine.services.processor.partition import Loaded, PartitionProcessor
+from engine.services.processor.batch import Batch
+from engine.services.processor.outcome import step_instance
+from engine.services.processor.state import Loaded
 
 log = logging.getLogger("engine.processor")
 
@@ -53,48 +56,48 @@ START_TIMER = -1
 # --- start ---------------------------------------------------------------------------------
 
 
-def on_start(pp: PartitionProcessor, msg: StartWorkflow, now_ms: int) -> None:
+def on_start(b: Batch, msg: StartWorkflow, now_ms: int) -> None:
     keys.check_instance_id(msg.instance_id)
-    item = pp.load(msg.instance_id)
+    item = b.load(msg.instance_id)
     meta = item.meta
     if meta.exists and msg.request_id and msg.request_id == meta.request_id:
         return  # the same start delivered again: idempotent
-    if meta.exists and not _reuse_allowed(pp, item, msg, now_ms):
+    if meta.exists and not _reuse_allowed(b, item, msg, now_ms):
         return
     if msg.scheduled_start_ms is not None and msg.scheduled_start_ms > now_ms:
-        _schedule_start(pp, item, msg, now_ms)
+        _schedule_start(b, item, msg, now_ms)
         return
-    begin(pp, item, msg, now_ms)
+    begin(b, item, msg, now_ms)
 
 
-def _reuse_allowed(pp: PartitionProcessor, item: Loaded, msg: StartWorkflow, now_ms: int) -> bool:
+def _reuse_allowed(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> bool:
     meta = item.meta
     assert meta.status is not None
     policy = msg.reuse_policy
     if meta.status.is_terminal:
         if policy is IdReusePolicy.REJECT_DUPLICATE:
-            return _refuse(pp, msg, f"instance {msg.instance_id} already ran (REJECT_DUPLICATE)")
+            return _refuse(b, msg, f"instance {msg.instance_id} already ran (REJECT_DUPLICATE)")
         return True
     if policy is IdReusePolicy.IGNORE_IF_RUNNING:
         return False
     if policy is IdReusePolicy.TERMINATE_IF_RUNNING:
         if meta.status is RuntimeStatus.PENDING:
-            _cancel_scheduled_start(pp, meta)
+            _cancel_scheduled_start(b, meta)
             return True
         item.inbox.append(Inbound(ExecutionTerminated("restarted by a new start")))
-        pp._step(pp, item, now_ms)
+        step_instance(b, item, now_ms)
         return True
-    return _refuse(pp, msg, f"instance {msg.instance_id} is {meta.status.value}")
+    return _refuse(b, msg, f"instance {msg.instance_id} is {meta.status.value}")
 
 
-def _refuse(pp: PartitionProcessor, msg: StartWorkflow, reason: str) -> bool:
+def _refuse(b: Batch, msg: StartWorkflow, reason: str) -> bool:
     """A start the ID-reuse policy refused; a parent learns it as a failed child."""
-    pp.counters.rejected += 1
+    b.counters.rejected += 1
     log.warning("start refused: %s", reason)
     if msg.parent_instance_id is not None:
         failure = FailureDetails("InstanceAlreadyExistsError", reason, retryable=False)
-        pp.send(
-            pp.env.topics.instance_messages,
+        b.send(
+            b.env.topics.instance_messages,
             ChildResult(
                 instance_id=msg.parent_instance_id,
                 generation=msg.parent_generation or 0,
@@ -107,7 +110,7 @@ def _refuse(pp: PartitionProcessor, msg: StartWorkflow, reason: str) -> bool:
     return False
 
 
-def _schedule_start(pp: PartitionProcessor, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
+def _schedule_start(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
     meta = item.meta
     if meta.exists:
         meta.generation += 1
@@ -117,28 +120,26 @@ def _schedule_start(pp: PartitionProcessor, item: Loaded, msg: StartWorkflow, no
     meta.created_ms = meta.last_updated_ms = now_ms
     meta.scheduled_start = msg
     assert msg.scheduled_start_ms is not None
-    pp.tables.put_timer(
+    b.tables.put_timer(
         keys.TimerKey(msg.scheduled_start_ms, msg.instance_id, meta.generation, START_TIMER)
     )
-    save_meta(pp, meta)
+    b.save(meta)
 
 
-def _cancel_scheduled_start(pp: PartitionProcessor, meta: InstanceMeta) -> None:
+def _cancel_scheduled_start(b: Batch, meta: InstanceRow) -> None:
     start = meta.scheduled_start
     if start is not None and start.scheduled_start_ms is not None:
         key = keys.TimerKey(start.scheduled_start_ms, meta.instance_id, meta.generation, -1)
-        pp.tables.delete_timer(key)
+        b.tables.delete_timer(key)
     meta.scheduled_start = None
 
 
-def begin(pp: PartitionProcessor, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
+def begin(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
     """Start a new run: a fresh execution, fed the start and any events that waited for it."""
-    from engine.runtime.executor import WorkflowExecution
-
     meta = item.meta
     if meta.exists:
         meta.generation += 0 if meta.status is RuntimeStatus.PENDING else 1
-        _drop_history(pp, meta)
+        _drop_history(b, meta)
     meta.status = RuntimeStatus.RUNNING
     meta.name, meta.version, meta.input = msg.name, msg.version, msg.input
     meta.output = meta.failure = meta.custom_status = None
@@ -150,26 +151,26 @@ def begin(pp: PartitionProcessor, item: Loaded, msg: StartWorkflow, now_ms: int)
     meta.scheduled_start = None
     meta.generation_start = meta.next_sequence
     item.execution = WorkflowExecution(
-        pp.env.registry,
+        b.env.registry,
         meta.instance_id,
         start_sequence=meta.next_sequence,
         generation=meta.generation,
     )
-    meta.version = _resolved_version(pp, msg)
+    meta.version = _resolved_version(b, msg)
     item.inbox = [Inbound(_started(msg, meta.version))]
-    ttl_floor = now_ms - pp.env.pending_events_ttl_ms
+    ttl_floor = now_ms - b.env.pending_events_ttl_ms
     for event in meta.pending_events:
         if event.received_ms >= ttl_floor:
             item.inbox.append(Inbound(EventRaised(event.name, event.input)))
     meta.pending_events = []
-    save_meta(pp, meta)
+    b.save(meta)
 
 
-def _resolved_version(pp: PartitionProcessor, msg: StartWorkflow) -> str:
+def _resolved_version(b: Batch, msg: StartWorkflow) -> str:
     """The version the registry picks for the start (an empty version finds the only one),
     so that history and status say which code ran."""
     try:
-        return pp.env.registry.get_workflow(msg.name, msg.version).version
+        return b.env.registry.get_workflow(msg.name, msg.version).version
     except TurnstileError:
         return msg.version  # unknown workflow: the runtime fails the instance and says why
 
@@ -188,73 +189,63 @@ def _started(msg: StartWorkflow, version: str) -> ExecutionStarted:
     )
 
 
-def _drop_history(pp: PartitionProcessor, meta: InstanceMeta) -> None:
+def _drop_history(b: Batch, meta: InstanceRow) -> None:
     """The previous run's events leave the state table (the history topic keeps them)."""
-    pp.tables.delete_history(meta.instance_id, meta.generation_start, meta.next_sequence)
-
-
-def save_meta(pp: PartitionProcessor, meta: InstanceMeta) -> None:
-    """Mark the row changed; it is written (with one status record) when the batch ends."""
-    pp.dirty[meta.instance_id] = meta
+    b.tables.delete_history(meta.instance_id, meta.generation_start, meta.next_sequence)
 
 
 # --- events and replies --------------------------------------------------------------------
 
 
-def on_raise(pp: PartitionProcessor, msg: RaiseEvent, now_ms: int) -> None:
-    item = pp.load(msg.instance_id)
+def on_raise(b: Batch, msg: RaiseEvent, now_ms: int) -> None:
+    item = b.load(msg.instance_id)
     meta = item.meta
     if meta.status in (None, RuntimeStatus.PENDING):
-        _keep_pending(pp, meta, msg, now_ms)
+        _keep_pending(b, meta, msg, now_ms)
     elif meta.status.is_terminal:
-        _reject(pp, msg, f"instance is {meta.status.value}")
+        _reject(b, msg, f"instance is {meta.status.value}")
     else:
         item.inbox.append(Inbound(EventRaised(msg.name, msg.input)))
 
 
-def _keep_pending(pp: PartitionProcessor, meta: InstanceMeta, msg: RaiseEvent, now: int) -> None:
-    ttl_floor = now - pp.env.pending_events_ttl_ms
+def _keep_pending(b: Batch, meta: InstanceRow, msg: RaiseEvent, now: int) -> None:
+    ttl_floor = now - b.env.pending_events_ttl_ms
     kept = [e for e in meta.pending_events if e.received_ms >= ttl_floor]
-    if len(kept) >= pp.env.pending_events_max:
-        pp.dead_letter(
+    if len(kept) >= b.env.pending_events_max:
+        b.dead_letter_current(
             f"instance {msg.instance_id} has not started and already holds "
-            f"{len(kept)} pending events (pending_events_max); start it or raise the bound",
-            pp.env.topics.commands,
-            -1,
-            msg.instance_id.encode(),
-            None,
-            now,
+            f"{len(kept)} pending events (pending_events_max); start it or raise the bound"
         )
         return
     kept.append(PendingEvent(msg.name, msg.input, now))
     meta.pending_events = kept
-    save_meta(pp, meta)
+    b.save(meta)
 
 
-def _reject(pp: PartitionProcessor, msg: Message, reason: str) -> None:
-    pp.counters.rejected += 1
+def _reject(b: Batch, msg: Message, reason: str) -> None:
+    b.counters.rejected += 1
     log.info("%s for %s ignored: %s", msg.KIND, msg.instance_id, reason)
 
 
-def _deliver(pp: PartitionProcessor, msg: Message, inbound: Inbound) -> None:
-    item = pp.load(msg.instance_id)
+def _deliver(b: Batch, msg: Message, inbound: Inbound) -> None:
+    item = b.load(msg.instance_id)
     status = item.meta.status
     if status in (RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED):
         item.inbox.append(inbound)
     else:
-        _reject(pp, msg, f"instance is {status.value if status else 'unknown'}")
+        _reject(b, msg, f"instance is {status.value if status else 'unknown'}")
 
 
-def on_activity_result(pp: PartitionProcessor, msg: ActivityResult, now_ms: int) -> None:
+def on_activity_result(b: Batch, msg: ActivityResult, now_ms: int) -> None:
     body: Any
     if msg.failure is not None:
         body = TaskFailed(msg.task_id, msg.failure, msg.attempt)
     else:
         body = TaskCompleted(msg.task_id, msg.output, msg.attempt)
-    _deliver(pp, msg, Inbound(body, msg.generation))
+    _deliver(b, msg, Inbound(body, msg.generation))
 
 
-def on_child_result(pp: PartitionProcessor, msg: ChildResult, now_ms: int) -> None:
+def on_child_result(b: Batch, msg: ChildResult, now_ms: int) -> None:
     body: Any
     if msg.status is RuntimeStatus.COMPLETED:
         body = ChildWorkflowCompleted(msg.task_id, msg.output)
@@ -263,66 +254,64 @@ def on_child_result(pp: PartitionProcessor, msg: ChildResult, now_ms: int) -> No
             "ChildWorkflowFailedError", f"child {msg.child_instance_id} ended {msg.status.value}"
         )
         body = ChildWorkflowFailed(msg.task_id, failure)
-    _deliver(pp, msg, Inbound(body, msg.generation))
+    _deliver(b, msg, Inbound(body, msg.generation))
 
 
-def on_terminate(pp: PartitionProcessor, msg: TerminateWorkflow, now_ms: int) -> None:
-    item = pp.load(msg.instance_id)
+def on_terminate(b: Batch, msg: TerminateWorkflow, now_ms: int) -> None:
+    item = b.load(msg.instance_id)
     meta = item.meta
     if meta.status is RuntimeStatus.PENDING:
-        _cancel_scheduled_start(pp, meta)
+        _cancel_scheduled_start(b, meta)
         meta.status = RuntimeStatus.TERMINATED
         meta.last_updated_ms = now_ms
-        save_meta(pp, meta)
+        b.save(meta)
         return
-    _deliver(pp, msg, Inbound(ExecutionTerminated(msg.reason, msg.recursive)))
+    _deliver(b, msg, Inbound(ExecutionTerminated(msg.reason, msg.recursive)))
 
 
-def on_suspend(pp: PartitionProcessor, msg: SuspendWorkflow, now_ms: int) -> None:
-    _deliver(pp, msg, Inbound(ExecutionSuspended(msg.reason)))
+def on_suspend(b: Batch, msg: SuspendWorkflow, now_ms: int) -> None:
+    _deliver(b, msg, Inbound(ExecutionSuspended(msg.reason)))
 
 
-def on_resume(pp: PartitionProcessor, msg: ResumeWorkflow, now_ms: int) -> None:
-    _deliver(pp, msg, Inbound(ExecutionResumed(msg.reason)))
+def on_resume(b: Batch, msg: ResumeWorkflow, now_ms: int) -> None:
+    _deliver(b, msg, Inbound(ExecutionResumed(msg.reason)))
 
 
-def on_purge(pp: PartitionProcessor, msg: PurgeWorkflow, now_ms: int) -> None:
-    item = pp.load(msg.instance_id)
+def on_purge(b: Batch, msg: PurgeWorkflow, now_ms: int) -> None:
+    item = b.load(msg.instance_id)
     meta = item.meta
     if meta.status is None or not meta.status.is_terminal:
-        _reject(pp, msg, "only completed, failed or terminated instances can be purged")
+        _reject(b, msg, "only completed, failed or terminated instances can be purged")
         return
-    _drop_history(pp, meta)
-    for timer in pp.tables.timers_of(meta.instance_id):
-        pp.tables.delete_timer(timer)
-    pp.dirty.pop(meta.instance_id, None)
-    pp.tables.delete_meta(meta.instance_id)
-    pp.emit(pp.env.topics.status, meta.instance_id.encode(), None, pp.partition)
-    item.meta = InstanceMeta(meta.instance_id)
+    _drop_history(b, meta)
+    for timer in b.tables.timers_of(meta.instance_id):
+        b.tables.delete_timer(timer)
+    b.remove(meta)
+    item.meta = InstanceRow(meta.instance_id)
     item.execution = None
 
 
 # --- timers ---------------------------------------------------------------------------------
 
 
-def fire_timer(pp: PartitionProcessor, timer: keys.TimerKey, now_ms: int) -> None:
-    pp.tables.delete_timer(timer)
-    item = pp.load(timer.instance_id)
+def fire_timer(b: Batch, timer: keys.TimerKey, now_ms: int) -> None:
+    b.tables.delete_timer(timer)
+    item = b.load(timer.instance_id)
     meta = item.meta
     if timer.generation != meta.generation:
-        pp.counters.rejected += 1
+        b.counters.rejected += 1
         return  # a timer of an older generation: dropped, never applied
     if timer.task_id == START_TIMER:
         if meta.status is RuntimeStatus.PENDING and meta.scheduled_start is not None:
-            begin(pp, item, meta.scheduled_start, now_ms)
+            begin(b, item, meta.scheduled_start, now_ms)
         return
     if meta.status in (RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED):
         item.inbox.append(Inbound(TimerFired(timer.task_id, timer.fire_at_ms), timer.generation))
 
 
-Handler = Callable[["PartitionProcessor", Any, int], None]
+MessageHandler = Callable[[Batch, Any, int], None]
 
-MESSAGE_HANDLERS: dict[type[Message], Handler] = {
+MESSAGE_HANDLERS: dict[type[Message], MessageHandler] = {
     StartWorkflow: on_start,
     RaiseEvent: on_raise,
     TerminateWorkflow: on_terminate,

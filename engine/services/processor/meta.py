@@ -1,125 +1,41 @@
-"""The per-instance metadata row of the processor's state table.
+"""Reading and writing the processor's instance row (``engine.core.instance_row``).
 
-It holds what the status record shows plus the engine's own bookkeeping: where the current
-generation's history starts, the next sequence number, the tail of the hash chain, events
-raised before the instance started, and a start that waits for its scheduled time. It is
-internal state (never a public contract), stored as compact JSON with a format version so
-that a later release can read rows written by this one.
+Rows are Avro records (``schemas/InstanceRow.avsc``) like everything else the engine
+writes. Rows written by the first release were compact JSON with a format number; they are
+still read (a state table or changelog from then stays usable) and are rewritten as Avro
+the next time their instance changes.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
+from engine.codec import MARKER, decode_row, encode_row
 from engine.core.failure import FailureDetails
 from engine.core.history import RuntimeStatus
-from engine.core.messages import IdReusePolicy, InstanceStatus, StartWorkflow
+from engine.core.instance_row import InstanceRow, PendingEvent
+from engine.core.messages import IdReusePolicy, StartWorkflow
 from engine.core.payloads import Payload
 
-FORMAT = 1
+__all__ = ["InstanceRow", "PendingEvent", "decode_meta", "encode_meta"]
+
+#: The format number of the first release's JSON rows (read only).
+LEGACY_JSON_FORMAT = 1
 
 
-@dataclass(slots=True)
-class PendingEvent:
-    """An event raised for an instance that has not started yet."""
-
-    name: str
-    input: Payload | None
-    received_ms: int
-
-
-@dataclass(slots=True)
-class InstanceMeta:
-    instance_id: str
-    name: str = ""
-    version: str = ""
-    #: ``None`` while only pending events exist for the id (the instance has not started).
-    status: RuntimeStatus | None = None
-    generation: int = 0
-    created_ms: int = 0
-    last_updated_ms: int = 0
-    input: Payload | None = None
-    output: Payload | None = None
-    custom_status: Payload | None = None
-    failure: FailureDetails | None = None
-    parent_instance_id: str | None = None
-    parent_generation: int | None = None
-    parent_task_id: int | None = None
-    tags: dict[str, str] = field(default_factory=dict)
-    request_id: str = ""
-    next_sequence: int = 0
-    generation_start: int = 0
-    last_hash: bytes = b""
-    pending_events: list[PendingEvent] = field(default_factory=list)
-    scheduled_start: StartWorkflow | None = None
-
-    @property
-    def exists(self) -> bool:
-        return self.status is not None
-
-    def to_status(self) -> InstanceStatus:
-        return InstanceStatus(
-            instance_id=self.instance_id,
-            name=self.name,
-            version=self.version,
-            status=self.status or RuntimeStatus.PENDING,
-            generation=self.generation,
-            created_ms=self.created_ms,
-            last_updated_ms=self.last_updated_ms,
-            input=self.input,
-            output=self.output,
-            custom_status=self.custom_status,
-            failure=self.failure,
-            parent_instance_id=self.parent_instance_id,
-            tags=dict(self.tags),
-            request_id=self.request_id,
-        )
-
-
-# --- JSON form ----------------------------------------------------------------------------
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
-def _payload_out(p: Payload | None) -> Any:
-    return None if p is None else [p.encoding, _b64(p.data)]
+# --- the first release's JSON rows (read only) ---------------------------------------------
 
 
 def _payload_in(raw: Any) -> Payload | None:
     return None if raw is None else Payload(base64.b64decode(raw[1]), raw[0])
 
 
-def _failure_out(f: FailureDetails | None) -> Any:
-    if f is None:
-        return None
-    return [f.type, f.message, f.stack, f.retryable, _failure_out(f.cause)]
-
-
 def _failure_in(raw: Any) -> FailureDetails | None:
     if raw is None:
         return None
     return FailureDetails(raw[0], raw[1], raw[2], bool(raw[3]), _failure_in(raw[4]))
-
-
-def _start_out(s: StartWorkflow | None) -> Any:
-    if s is None:
-        return None
-    return {
-        "instance_id": s.instance_id,
-        "name": s.name,
-        "input": _payload_out(s.input),
-        "version": s.version,
-        "reuse_policy": s.reuse_policy.value,
-        "request_id": s.request_id,
-        "scheduled_start_ms": s.scheduled_start_ms,
-        "tags": s.tags,
-        "parent": [s.parent_instance_id, s.parent_generation, s.parent_task_id],
-    }
 
 
 def _start_in(raw: Any) -> StartWorkflow | None:
@@ -141,36 +57,22 @@ def _start_in(raw: Any) -> StartWorkflow | None:
     )
 
 
-def encode_meta(meta: InstanceMeta) -> bytes:
-    doc = {
-        "f": FORMAT,
-        "id": meta.instance_id,
-        "name": meta.name,
-        "version": meta.version,
-        "status": None if meta.status is None else meta.status.value,
-        "generation": meta.generation,
-        "created": meta.created_ms,
-        "updated": meta.last_updated_ms,
-        "input": _payload_out(meta.input),
-        "output": _payload_out(meta.output),
-        "custom": _payload_out(meta.custom_status),
-        "failure": _failure_out(meta.failure),
-        "parent": [meta.parent_instance_id, meta.parent_generation, meta.parent_task_id],
-        "tags": meta.tags,
-        "request_id": meta.request_id,
-        "next_seq": meta.next_sequence,
-        "gen_start": meta.generation_start,
-        "hash": _b64(meta.last_hash),
-        "pending": [[e.name, _payload_out(e.input), e.received_ms] for e in meta.pending_events],
-        "scheduled": _start_out(meta.scheduled_start),
-    }
-    return json.dumps(doc, separators=(",", ":")).encode()
+def encode_meta(meta: InstanceRow) -> bytes:
+    """The row as written to the state table and the state changelog (Avro)."""
+    return encode_row(meta)
 
 
-def decode_meta(data: bytes) -> InstanceMeta:
+def decode_meta(data: bytes) -> InstanceRow:
+    """A row of any release: Avro, or the first release's JSON."""
+    if data[:2] == MARKER:
+        return decode_row(data)
+    return _decode_legacy_json(data)
+
+
+def _decode_legacy_json(data: bytes) -> InstanceRow:
     doc = json.loads(data)
     parent = doc["parent"]
-    return InstanceMeta(
+    return InstanceRow(
         instance_id=doc["id"],
         name=doc["name"],
         version=doc["version"],

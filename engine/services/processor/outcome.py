@@ -2,14 +2,15 @@
 
 New history events are chained (hash of the previous event) and written both to the history
 topic and to the state table; each outbound action maps to one small handler that produces
-a message or a timer row. Everything lands in the batch's transaction.
+a message or a timer row. Everything lands in the batch's transaction. A new outbound
+action is one handler here and one entry in :data:`ACTION_HANDLERS`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.codec import seal_history
 from engine.core.errors import WorkflowRuntimeError
@@ -31,56 +32,54 @@ from engine.core.messages import (
 )
 from engine.runtime import actions as act
 from engine.services.processor import keys
-from engine.services.processor.handlers import save_meta
-
-if TYPE_CHECKING:
-    from engine.services.processor.partition import Loaded, PartitionProcessor
+from engine.services.processor.batch import Batch
+from engine.services.processor.state import Loaded
 
 log = logging.getLogger("engine.processor")
 
 
-def step_instance(pp: PartitionProcessor, item: Loaded, now_ms: int) -> None:
+def step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
     """Run the instance's code on its inbox and record everything it decided."""
     inbox, item.inbox = item.inbox, []
     meta = item.meta
-    pp.counters.turns += 1
+    b.counters.turns += 1
     try:
-        execution = pp.execution(item)
+        execution = b.execution(item)
         result = execution.step(inbox, now_ms)
     except Exception as exc:
-        _fail_instance(pp, item, exc, now_ms)
+        _fail_instance(b, item, exc, now_ms)
         return
-    pp.counters.rejected += len(result.rejected)
+    b.counters.rejected += len(result.rejected)
     for rejected in result.rejected:
         log.info("%s: rejected %s: %s", meta.instance_id, rejected.inbound.body, rejected.reason)
     if not result.new_events:
         return
-    _record_events(pp, item, result.new_events)
+    _record_events(b, item, result.new_events)
     for action in result.actions:
         handler = ACTION_HANDLERS.get(type(action))
         if handler is not None:
-            handler(pp, item, action, now_ms)
+            handler(b, item, action, now_ms)
     _refresh_meta(item, now_ms)
-    save_meta(pp, meta)
+    b.save(meta)
     if meta.status is not None and meta.status.is_terminal:
-        pp.counters.completed += 1
+        b.counters.completed += 1
 
 
-def _record_events(pp: PartitionProcessor, item: Loaded, events: list[HistoryEvent]) -> None:
+def _record_events(b: Batch, item: Loaded, events: list[HistoryEvent]) -> None:
     meta = item.meta
-    topic = pp.env.topics.history
+    topic = b.env.topics.history
     key = meta.instance_id.encode()
     previous: HistoryEvent | None = None
     for event in events:
         sealed, data = seal_history(event, meta.last_hash)
         meta.last_hash = sealed.hash
         meta.next_sequence = event.sequence + 1
-        pp.tables.put(keys.history_key(meta.instance_id, event.sequence), data)
-        pp.emit(topic, key, data, pp.partition)
+        b.tables.put(keys.history_key(meta.instance_id, event.sequence), data)
+        b.emit(topic, key, data, b.partition)
         if isinstance(event.body, ExecutionStarted) and _continues(previous):
             # the previous generation leaves the state table (the history topic keeps it),
             # so a cold load replays only the current generation
-            pp.tables.delete_history(meta.instance_id, meta.generation_start, event.sequence)
+            b.tables.delete_history(meta.instance_id, meta.generation_start, event.sequence)
             meta.generation_start = event.sequence
         previous = event
 
@@ -102,7 +101,7 @@ def _refresh_meta(item: Loaded, now_ms: int) -> None:
     meta.last_updated_ms = now_ms
 
 
-def _fail_instance(pp: PartitionProcessor, item: Loaded, exc: Exception, now_ms: int) -> None:
+def _fail_instance(b: Batch, item: Loaded, exc: Exception, now_ms: int) -> None:
     """The runtime itself could not go on (non-determinism, unknown workflow, a bug)."""
     meta = item.meta
     log.error("instance %s failed in the runtime: %s", meta.instance_id, exc)
@@ -116,22 +115,20 @@ def _fail_instance(pp: PartitionProcessor, item: Loaded, exc: Exception, now_ms:
         meta.generation,
         ExecutionCompleted(RuntimeStatus.FAILED, None, details),
     )
-    _record_events(pp, item, [event])
+    _record_events(b, item, [event])
     item.execution = None
     meta.status = RuntimeStatus.FAILED
     meta.failure = details
     meta.last_updated_ms = now_ms
-    _notify_parent(pp, meta.instance_id, item, RuntimeStatus.FAILED, None, details)
-    save_meta(pp, meta)
-    pp.counters.completed += 1
+    _notify_parent(b, meta.instance_id, item, RuntimeStatus.FAILED, None, details)
+    b.save(meta)
+    b.counters.completed += 1
 
 
 # --- action handlers: one per outbound action ------------------------------------------------
 
 
-def _schedule_activity(
-    pp: PartitionProcessor, item: Loaded, a: act.ScheduleActivity, now_ms: int
-) -> None:
+def _schedule_activity(b: Batch, item: Loaded, a: act.ScheduleActivity, now_ms: int) -> None:
     task = ActivityTask(
         instance_id=item.meta.instance_id,
         generation=a.generation,
@@ -142,12 +139,10 @@ def _schedule_activity(
         timeout_ms=a.timeout_ms,
         scheduled_ms=now_ms,
     )
-    pp.send(pp.env.topics.activity_tasks, task)
+    b.send(b.env.topics.activity_tasks, task)
 
 
-def _start_child(
-    pp: PartitionProcessor, item: Loaded, a: act.StartChild, now_ms: int
-) -> None:
+def _start_child(b: Batch, item: Loaded, a: act.StartChild, now_ms: int) -> None:
     parent = item.meta.instance_id
     start = StartWorkflow(
         instance_id=a.instance_id,
@@ -160,38 +155,30 @@ def _start_child(
         parent_generation=a.generation,
         parent_task_id=a.task_id,
     )
-    pp.send(pp.env.topics.instance_messages, start)
+    b.send(b.env.topics.instance_messages, start)
 
 
-def _create_timer(
-    pp: PartitionProcessor, item: Loaded, a: act.CreateTimer, now_ms: int
-) -> None:
+def _create_timer(b: Batch, item: Loaded, a: act.CreateTimer, now_ms: int) -> None:
     key = keys.TimerKey(a.fire_at_ms, item.meta.instance_id, a.generation, a.task_id)
-    pp.tables.put_timer(key)
+    b.tables.put_timer(key)
 
 
-def _cancel_timer(
-    pp: PartitionProcessor, item: Loaded, a: act.CancelTimer, now_ms: int
-) -> None:
+def _cancel_timer(b: Batch, item: Loaded, a: act.CancelTimer, now_ms: int) -> None:
     key = keys.TimerKey(a.fire_at_ms, item.meta.instance_id, a.generation, a.task_id)
-    pp.tables.delete_timer(key)
+    b.tables.delete_timer(key)
 
 
-def _send_event(
-    pp: PartitionProcessor, item: Loaded, a: act.SendEvent, now_ms: int
-) -> None:
+def _send_event(b: Batch, item: Loaded, a: act.SendEvent, now_ms: int) -> None:
     message = RaiseEvent(instance_id=a.target_instance_id, name=a.name, input=a.input)
-    pp.send(pp.env.topics.instance_messages, message)
+    b.send(b.env.topics.instance_messages, message)
 
 
-def _complete(
-    pp: PartitionProcessor, item: Loaded, a: act.CompleteExecution, now_ms: int
-) -> None:
-    _notify_parent(pp, item.meta.instance_id, item, a.status, a.output, a.failure)
+def _complete(b: Batch, item: Loaded, a: act.CompleteExecution, now_ms: int) -> None:
+    _notify_parent(b, item.meta.instance_id, item, a.status, a.output, a.failure)
 
 
 def _notify_parent(
-    pp: PartitionProcessor,
+    b: Batch,
     child_id: str,
     item: Loaded,
     status: RuntimeStatus,
@@ -210,23 +197,21 @@ def _notify_parent(
         output=output,
         failure=failure,
     )
-    pp.send(pp.env.topics.instance_messages, result)
+    b.send(b.env.topics.instance_messages, result)
 
 
-def _terminate_children(
-    pp: PartitionProcessor, item: Loaded, a: act.TerminateChildren, now_ms: int
-) -> None:
+def _terminate_children(b: Batch, item: Loaded, a: act.TerminateChildren, now_ms: int) -> None:
     for child in a.instance_ids:
         message = TerminateWorkflow(instance_id=child, reason=a.reason, recursive=True)
-        pp.send(pp.env.topics.instance_messages, message)
+        b.send(b.env.topics.instance_messages, message)
 
 
-def _nothing_to_send(pp: PartitionProcessor, item: Loaded, a: Any, now_ms: int) -> None:
+def _nothing_to_send(b: Batch, item: Loaded, a: Any, now_ms: int) -> None:
     """Recorded in history and in the row already (continue-as-new moves the generation
     start when its ExecutionStarted is recorded); nothing leaves the partition."""
 
 
-ActionHandler = Callable[["PartitionProcessor", "Loaded", Any, int], None]
+ActionHandler = Callable[[Batch, Loaded, Any, int], None]
 
 ACTION_HANDLERS: dict[type, ActionHandler] = {
     act.ScheduleActivity: _schedule_activity,
@@ -240,4 +225,3 @@ ACTION_HANDLERS: dict[type, ActionHandler] = {
     act.RunInlineStep: _nothing_to_send,
     act.SetCustomStatus: _nothing_to_send,
 }
-

@@ -1,254 +1,155 @@
-"""One partition's share of a turn: route inbound records, step instances, collect output.
+"""One partition's processor as a closed, sans-I/O state machine.
 
-The Kafka loop owns transactions; this class owns everything between "here are the records
-of this batch" and "here is what to produce and what to write once the commit succeeds".
-Inbound records only queue events on the instances they touch; the workflow code runs once
-per touched instance at the end of the batch, so a burst of results for one instance costs
-one step, not one per record.
+A loop (the Kafka loop in production, ``engine.testing`` in tests) drives it the same way,
+one batch at a time:
+
+1. :meth:`PartitionProcessor.accept` each raw input record: the state machine validates it
+   (decodable, accepted on its topic, keyed by its instance id, on its murmur2 partition),
+   dead-letters it with the reason if it is unusable, and otherwise routes it to the
+   record kind's handler, which only writes into the current :class:`Batch`;
+2. :meth:`~PartitionProcessor.fire_due_timers` with the loop's clock;
+3. :meth:`~PartitionProcessor.end_batch`: every touched instance runs once, and the closed
+   batch holds the records to produce and the table changes;
+4. after the loop's transaction, :meth:`~PartitionProcessor.committed` (the changes become
+   durable locally) or :meth:`~PartitionProcessor.rolled_back` (the batch never happened).
+
+It never reads a clock, a socket or a topic itself: time and records come in as
+arguments, output goes out in the batch, and the only state it keeps is its tables (the
+store port) and its cache of hot instances.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from engine.codec import decode_history, encode_message, instance_key
-from engine.core.errors import CodecError
-from engine.core.history import Inbound
-from engine.core.messages import DeadLetter, Message
-from engine.runtime.executor import WorkflowExecution
-from engine.runtime.registry import Registry
-from engine.services.processor import keys
-from engine.services.processor.meta import InstanceMeta
-from engine.services.processor.ports import OutRecord, PartitionStore
+from engine.core.errors import TurnstileError
+from engine.core.messages import Message
+from engine.services.processor.batch import Batch
+from engine.services.processor.handlers import MESSAGE_HANDLERS, fire_timer
+from engine.services.processor.inputs import accepted_kinds, validate
+from engine.services.processor.outcome import step_instance
+from engine.services.processor.ports import PartitionStore
+from engine.services.processor.state import (
+    Counters,
+    Environment,
+    InstanceCache,
+    Loaded,
+)
 from engine.services.processor.tables import Tables
-from engine.services.topics import TopicNames
+from engine.services.records import RawRecord
 
 log = logging.getLogger("engine.processor")
 
 
-@dataclass
-class Counters:
-    """What a partition did; the loop aggregates these into its progress line."""
-
-    records: int = 0
-    turns: int = 0
-    dead_letters: int = 0
-    rejected: int = 0
-    timers_fired: int = 0
-    completed: int = 0
-
-
-@dataclass
-class Loaded:
-    """An instance as the batch sees it: its metadata row and, if running, its execution."""
-
-    meta: InstanceMeta
-    execution: WorkflowExecution | None = None
-    inbox: list[Inbound] = field(default_factory=list)
-
-
-class InstanceCache:
-    """Hot instances kept in memory (LRU), so a turn does not replay history every time."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._items: OrderedDict[str, Loaded] = OrderedDict()
-
-    def get(self, instance_id: str) -> Loaded | None:
-        item = self._items.get(instance_id)
-        if item is not None:
-            self._items.move_to_end(instance_id)
-        return item
-
-    def put(self, instance_id: str, item: Loaded) -> None:
-        self._items[instance_id] = item
-        self._items.move_to_end(instance_id)
-        while len(self._items) > self.capacity:
-            self._items.popitem(last=False)
-
-    def evict(self, instance_id: str) -> None:
-        self._items.pop(instance_id, None)
-
-
-@dataclass
-class Environment:
-    """What every partition of one processor shares."""
-
-    registry: Registry
-    topics: TopicNames
-    pending_events_max: int
-    pending_events_ttl_ms: int
-    cache_capacity: int = 10000
-
-
 class PartitionProcessor:
+    """The turn logic of one partition (see the module docstring for the protocol)."""
+
     def __init__(self, partition: int, store: PartitionStore, env: Environment) -> None:
         self.partition = partition
         self.env = env
         self.tables = Tables(partition, store)
         self.cache = InstanceCache(env.cache_capacity)
+        #: Totals over every committed or dropped batch of this partition.
         self.counters = Counters()
-        self.out: list[OutRecord] = []
-        #: Instances touched in this batch, in first-touch order.
-        self.batch: dict[str, Loaded] = {}
-        #: Rows changed in this batch: written, with one status record each, at its end.
-        self.dirty: dict[str, InstanceMeta] = {}
-        # Imported here to keep the handler table next to its functions without a cycle.
-        from engine.services.processor.handlers import MESSAGE_HANDLERS
-        from engine.services.processor.outcome import step_instance
+        self._accepts = accepted_kinds(env.topics)
+        self._batch = self._open_batch()
 
-        self._handlers = MESSAGE_HANDLERS
-        self._step: Callable[[PartitionProcessor, Loaded, int], None] = step_instance
+    def _open_batch(self) -> Batch:
+        return Batch(self.partition, self.env, self.tables, self.cache)
 
-    # --- loading --------------------------------------------------------------------------
+    @property
+    def batch(self) -> Batch:
+        """The batch in progress (read it; only the state machine writes it)."""
+        return self._batch
 
-    def load(self, instance_id: str) -> Loaded:
-        """The instance for this batch; a new, not-yet-started row if none exists."""
-        item = self.batch.get(instance_id)
-        if item is not None:
-            return item
-        item = self.cache.get(instance_id)
-        if item is None:
-            meta = self.tables.load_meta(instance_id) or InstanceMeta(instance_id)
-            item = Loaded(meta)
-            self.cache.put(instance_id, item)
-        self.batch[instance_id] = item
-        return item
+    # --- input ----------------------------------------------------------------------------
 
-    def execution(self, item: Loaded) -> WorkflowExecution:
-        """The instance's execution, rebuilt by replaying its current generation if cold."""
-        if item.execution is None:
-            meta = item.meta
-            execution = WorkflowExecution(self.env.registry, meta.instance_id)
-            rows = self.tables.history(meta.instance_id, meta.generation_start)
-            execution.replay([decode_history(raw) for raw in rows])
-            item.execution = execution
-        return item.execution
+    def accept(self, record: RawRecord, now_ms: int) -> None:
+        """Take one input record: route it, or park it in dead letters saying why."""
+        batch = self._writable_batch()
+        batch.counters.records += 1
+        batch.current = record
+        try:
+            message = validate(record, self._accepts, self.env.partitions)
+            self._dispatch(batch, message, now_ms)
+        except TurnstileError as exc:
+            batch.dead_letter(record, str(exc))
+        finally:
+            batch.current = None
 
-    # --- inbound --------------------------------------------------------------------------
-
-    def handle(self, message: Message, now_ms: int) -> None:
-        self.counters.records += 1
-        handler = self._handlers.get(type(message))
-        if handler is None:
-            raise CodecError(f"{message.KIND} records are not accepted on this topic")
-        handler(self, message, now_ms)
-
-    def dead_letter(
-        self,
-        reason: str,
-        topic: str,
-        offset: int,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp_ms: int,
-    ) -> None:
-        """Park an unusable record with the reason, so the partition can go on."""
-        self.counters.dead_letters += 1
-        log.warning("dead letter from %s[%d]@%d: %s", topic, self.partition, offset, reason)
-        instance = _decode_key(key)
-        record = DeadLetter(
-            instance_id=instance,
-            reason=reason,
-            source_topic=topic,
-            source_partition=self.partition,
-            source_offset=offset,
-            key=key,
-            value=value,
-            timestamp_ms=timestamp_ms,
-        )
-        headers = (
-            ("reason", reason.encode()),
-            ("source-topic", topic.encode()),
-            ("source-partition", str(self.partition).encode()),
-            ("source-offset", str(offset).encode()),
-        )
-        self.emit(self.env.topics.dead_letters, key or b"", encode_message(record), None, headers)
+    def _dispatch(self, batch: Batch, message: Message, now_ms: int) -> None:
+        handler = MESSAGE_HANDLERS.get(type(message))
+        if handler is None:  # pragma: no cover - validate() accepts only handled kinds
+            raise TurnstileError(f"{message.KIND} records have no handler")
+        handler(batch, message, now_ms)
 
     def fire_due_timers(self, now_ms: int) -> int:
-        from engine.services.processor.handlers import fire_timer
-
+        """Deliver every timer due at ``now_ms`` (in fire-time order); returns how many."""
+        batch = self._writable_batch()
         due = self.tables.due_timers(now_ms)
         for timer in due:
-            fire_timer(self, timer, now_ms)
-        self.counters.timers_fired += len(due)
+            fire_timer(batch, timer, now_ms)
+        batch.counters.timers_fired += len(due)
         return len(due)
 
-    # --- output ---------------------------------------------------------------------------
+    def next_timer_ms(self) -> int | None:
+        """When the earliest timer of this partition is due (None: no timer)."""
+        return self.tables.next_timer_ms()
 
-    def emit(
-        self,
-        topic: str,
-        key: bytes,
-        value: bytes | None,
-        partition: int | None,
-        headers: tuple[tuple[str, bytes], ...] = (),
-    ) -> None:
-        self.out.append(OutRecord(topic, key, value, partition, headers))
+    # --- batch end ------------------------------------------------------------------------
 
-    def send(self, topic: str, message: Message) -> None:
-        """A message to another instance or to the workers, partitioned by its key."""
-        self.emit(topic, instance_key(message.instance_id), encode_message(message), None)
-
-    def end_batch(self, now_ms: int) -> tuple[list[OutRecord], dict[bytes, bytes | None]]:
-        """Step every touched instance; return the records to produce and the table changes."""
-        for item in list(self.batch.values()):
+    def end_batch(self, now_ms: int) -> Batch:
+        """Run every touched instance once and close the batch: its ``out`` records and
+        ``changes`` are what the loop's transaction must hold."""
+        batch = self._writable_batch()
+        for item in list(batch.touched.values()):
             if item.inbox:
-                self._step(self, item, now_ms)
-        self._write_rows()
-        changes = self.tables.take_changes()
-        for key, value in changes.items():
-            self.emit(self._changelog_for(key), key, value, self.partition)
-        out, self.out = self.out, []
-        return out, changes
+                step_instance(batch, item, now_ms)
+        batch.close()
+        return batch
 
-    def _write_rows(self) -> None:
-        status_topic = self.env.topics.status
-        for meta in self.dirty.values():
-            self.tables.put_meta(meta)
-            if meta.exists:
-                key = meta.instance_id.encode()
-                self.emit(status_topic, key, encode_message(meta.to_status()), self.partition)
-        self.dirty = {}
-
-    def _changelog_for(self, key: bytes) -> str:
-        if key[:1] == keys.TIMER:
-            return self.env.topics.timer_changelog
-        return self.env.topics.state_changelog
-
-    def committed(self, changes: dict[bytes, bytes | None], offsets: dict[str, int]) -> None:
-        """The batch's transaction committed: make its table changes durable locally."""
-        self.tables.apply(changes, offsets)
-        for instance_id, item in self.batch.items():
-            if item.meta.status is not None and item.meta.status.is_terminal:
-                item.execution = None
-            if not item.meta.exists and not item.meta.pending_events:
-                self.cache.evict(instance_id)
-        self.batch = {}
+    def committed(self, offsets: dict[str, int]) -> None:
+        """The batch's transaction committed: make its table changes durable locally,
+        together with the changelog offsets (``{"state": n, "timer": m}``) they reached."""
+        batch = self._batch
+        if not batch.closed:
+            raise TurnstileError("committed() before end_batch(): close the batch first")
+        self.tables.apply(batch.changes, offsets)
+        for instance_id, item in batch.touched.items():
+            _settle(self.cache, instance_id, item)
+        self._finish(batch)
 
     def rolled_back(self) -> None:
         """The transaction aborted: forget everything this batch changed."""
+        batch = self._batch
         self.tables.drop_overlay()
-        self.dirty = {}
-        for instance_id in self.batch:
+        for instance_id in batch.touched:
             self.cache.evict(instance_id)
-        self.batch = {}
-        self.out = []
+        self._finish(batch)
+
+    def _finish(self, batch: Batch) -> None:
+        self.counters.add(batch.counters)
+        self._batch = self._open_batch()
+
+    def _writable_batch(self) -> Batch:
+        if self._batch.closed:
+            raise TurnstileError(
+                "the batch is closed: report its commit (committed) or abort (rolled_back) first"
+            )
+        return self._batch
 
     def close(self) -> None:
         self.tables.store.close()
 
 
-def _decode_key(key: bytes | None) -> str:
-    if not key:
-        return ""
-    try:
-        return key.decode()
-    except UnicodeDecodeError:
-        return ""
+def _settle(cache: InstanceCache, instance_id: str, item: Loaded) -> None:
+    """After a commit: a finished instance drops its execution; an id with no row and no
+    pending events leaves the cache."""
+    meta = item.meta
+    if meta.status is not None and meta.status.is_terminal:
+        item.execution = None
+    if not meta.exists and not meta.pending_events:
+        cache.evict(instance_id)
 
 
-__all__ = ["Counters", "Environment", "InstanceCache", "Loaded", "PartitionProcessor"]
+__all__ = ["Batch", "Counters", "Environment", "InstanceCache", "Loaded", "PartitionProcessor"]

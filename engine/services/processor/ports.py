@@ -9,6 +9,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+#: Kafka record headers: (name, value) pairs in order.
+Headers = tuple[tuple[str, bytes], ...]
+
 
 class PartitionStore(Protocol):
     """One partition's tables (a RocksDB database in production)."""
@@ -34,4 +37,4 @@ class OutRecord:
     key: bytes
     value: bytes | None
     partition: int | None = None
-    headers: tuple[tuple[str, bytes], ...] = ()
+    headers: Headers = ()

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from engine.core.instance_row import InstanceRow
 from engine.services.processor import keys
-from engine.services.processor.meta import InstanceMeta, decode_meta, encode_meta
+from engine.services.processor.meta import decode_meta, encode_meta
 from engine.services.processor.ports import PartitionStore
+
+#: Names under which a partition records how far it has applied each changelog.
+STATE_CHANGELOG = "state"
+TIMER_CHANGELOG = "timer"
 
 
 class Tables:
@@ -40,7 +45,7 @@ class Tables:
             if value is not None:
                 yield key, value
 
-    def load_meta(self, instance_id: str) -> InstanceMeta | None:
+    def load_meta(self, instance_id: str) -> InstanceRow | None:
         raw = self.get(keys.meta_key(instance_id))
         return None if raw is None else decode_meta(raw)
 
@@ -59,12 +64,19 @@ class Tables:
                 break
         return out
 
+    def next_timer_ms(self) -> int | None:
+        """Fire time of the earliest timer (committed or written in this batch), if any."""
+        end = keys.TIMER[:-1] + bytes([keys.TIMER[0] + 1])
+        for raw, _ in self.scan(keys.TIMER, end):
+            return keys.parse_timer_key(raw).fire_at_ms
+        return None
+
     # --- writes ---------------------------------------------------------------------------
 
     def put(self, key: bytes, value: bytes | None) -> None:
         self.overlay[key] = value
 
-    def put_meta(self, meta: InstanceMeta) -> None:
+    def put_meta(self, meta: InstanceRow) -> None:
         self.overlay[keys.meta_key(meta.instance_id)] = encode_meta(meta)
 
     def delete_meta(self, instance_id: str) -> None:

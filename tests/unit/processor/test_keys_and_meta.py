@@ -6,13 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from engine.codec import MARKER, decode_row
 from engine.core.errors import TurnstileError
 from engine.core.failure import FailureDetails
 from engine.core.history import RuntimeStatus
+from engine.core.instance_row import InstanceRow, PendingEvent
 from engine.core.messages import IdReusePolicy, StartWorkflow
-from engine.core.payloads import Payload
+from engine.core.payloads import Payload, from_payload, to_payload
 from engine.services.processor import keys
-from engine.services.processor.meta import InstanceMeta, PendingEvent, decode_meta, encode_meta
+from engine.services.processor.meta import decode_meta, encode_meta
 
 instance_ids = st.text(
     alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),
@@ -96,7 +98,7 @@ def test_meta_round_trips(
         parent_generation=1,
         parent_task_id=2,
     )
-    meta = InstanceMeta(
+    meta = InstanceRow(
         instance_id,
         name="wf",
         status=status,
@@ -112,3 +114,32 @@ def test_meta_round_trips(
         scheduled_start=start if scheduled else None,
     )
     assert decode_meta(encode_meta(meta)) == meta
+
+
+#: A row as the first release wrote it (JSON, format 1), before rows became Avro.
+RELEASE_1_ROW = (
+    b'{"f":1,"id":"i-1","name":"orders.order","version":"2","status":"PENDING",'
+    b'"generation":1,"created":5,"updated":6,"input":["json","eyJhIjoxfQ=="],"output":null,'
+    b'"custom":null,"failure":null,"parent":["parent",0,3],"tags":{"k":"v"},'
+    b'"request_id":"req","next_seq":7,"gen_start":4,"hash":"AQI=",'
+    b'"pending":[["go",["json","Mg=="],9]],"scheduled":{"instance_id":"i-1",'
+    b'"name":"orders.order","input":["json","eyJhIjoxfQ=="],"version":"2",'
+    b'"reuse_policy":"ERROR_IF_RUNNING","request_id":"req","scheduled_start_ms":1000,'
+    b'"tags":{},"parent":[null,null,null]}}'
+)
+
+
+def test_rows_are_avro_instance_rows() -> None:
+    data = encode_meta(InstanceRow("a", status=RuntimeStatus.RUNNING))
+    assert data[:2] == MARKER
+    assert decode_row(data) == InstanceRow("a", status=RuntimeStatus.RUNNING)
+
+
+def test_rows_of_the_first_release_are_still_read() -> None:
+    row = decode_meta(RELEASE_1_ROW)
+    assert (row.instance_id, row.status, row.generation) == ("i-1", RuntimeStatus.PENDING, 1)
+    assert from_payload(row.input) == {"a": 1} and row.last_hash == b"\x01\x02"
+    assert row.pending_events == [PendingEvent("go", to_payload(2), 9)]
+    assert row.scheduled_start is not None and row.scheduled_start.scheduled_start_ms == 1000
+    assert (row.parent_instance_id, row.parent_generation, row.parent_task_id) == ("parent", 0, 3)
+    assert decode_meta(encode_meta(row)) == row

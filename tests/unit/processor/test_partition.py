@@ -1,18 +1,23 @@
-"""Turn logic of one partition, on an in-memory table (the Kafka path has its own tests)."""
+"""Turn logic of one partition, driven through engine.testing (the real state machine over
+in-memory topics and the in-memory store; the Kafka path has its own tests)."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from engine import Registry, WorkflowContext
-from engine.codec import decode_history, decode_message
+from engine.codec import decode_history, decode_message, encode_message
+from engine.config.settings import Settings
+from engine.config.topics import topic_names
 from engine.core.history import (
     ContinuedAsNew,
     ExecutionCompleted,
+    ExecutionStarted,
     HistoryEvent,
     RuntimeStatus,
 )
@@ -20,40 +25,14 @@ from engine.core.messages import (
     ActivityResult,
     ActivityTask,
     InstanceStatus,
-    PurgeWorkflow,
-    RaiseEvent,
     StartWorkflow,
 )
 from engine.core.payloads import from_payload, to_payload
 from engine.services.processor import keys
+from engine.services.processor.memory_store import MemoryPartitionStore
 from engine.services.processor.partition import Environment, PartitionProcessor
-from engine.services.processor.ports import OutRecord
-from engine.services.topics import topic_names
-
-NOW = 1_700_000_000_000
-
-
-class MemoryStore:
-    def __init__(self) -> None:
-        self.rows: dict[bytes, bytes] = {}
-
-    def get(self, key: bytes) -> bytes | None:
-        return self.rows.get(key)
-
-    def scan(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
-        for key in sorted(k for k in self.rows if start <= k < end):
-            yield key, self.rows[key]
-
-    def write(self, changes: Mapping[bytes, bytes | None]) -> None:
-        for key, value in changes.items():
-            if value is None:
-                self.rows.pop(key, None)
-            else:
-                self.rows[key] = value
-
-    def close(self) -> None:
-        pass
-
+from engine.services.records import RawRecord
+from engine.testing import TestEngine
 
 registry = Registry()
 
@@ -88,152 +67,168 @@ async def counter(ctx: WorkflowContext, n: int) -> int:
     return n
 
 
-@pytest.fixture
-def pp() -> PartitionProcessor:
-    env = Environment(registry, topic_names("t"), pending_events_max=2, pending_events_ttl_ms=10**6)
-    return PartitionProcessor(0, MemoryStore(), env)
-
-
-def run_batch(pp: PartitionProcessor, *messages: Any, now: int = NOW) -> list[OutRecord]:
-    for message in messages:
-        pp.handle(message, now)
-    out, changes = pp.end_batch(now)
-    pp.committed(changes, {})
-    return out
-
-
-def history(out: list[OutRecord]) -> list[HistoryEvent]:
-    return [decode_history(r.value) for r in out if r.topic == "t.history" and r.value]
-
-
-def messages(out: list[OutRecord], topic: str) -> list[Any]:
-    return [decode_message(r.value) for r in out if r.topic == topic and r.value]
-
-
-def test_inline_steps_complete_in_one_turn_with_one_status_record(pp: PartitionProcessor) -> None:
-    out = run_batch(pp, StartWorkflow("a", name="inline3", input=to_payload(1)))
-    events = history(out)
-    assert [e.sequence for e in events] == list(range(len(events)))
-    assert isinstance(events[-1].body, ExecutionCompleted)
-    statuses: list[InstanceStatus] = messages(out, "t.status")
-    assert len(statuses) == 1
-    assert statuses[0].status is RuntimeStatus.COMPLETED
-    assert from_payload(statuses[0].output) == 4
-    assert all(e.previous_hash == p.hash for p, e in itertools.pairwise(events))
-
-
-def test_every_table_change_goes_to_its_changelog(pp: PartitionProcessor) -> None:
-    out = run_batch(pp, StartWorkflow("a", name="counter", input=to_payload(3)))
-    state = {r.key for r in out if r.topic == "t.state-changelog"}
-    timers = {r.key for r in out if r.topic == "t.timer-changelog"}
-    assert keys.meta_key("a") in state
-    assert timers and all(k.startswith(keys.TIMER) for k in timers)
-    assert all(r.partition == 0 for r in out if r.topic.endswith("changelog"))
-
-
-def test_activity_result_is_applied_once(pp: PartitionProcessor) -> None:
-    out = run_batch(pp, StartWorkflow("r", name="remote", input=to_payload(5)))
-    (task,) = messages(out, "t.activity-tasks")
-    assert isinstance(task, ActivityTask) and task.idempotency_key == "r/0/0/1"
-    result = ActivityResult("r", generation=0, task_id=0, attempt=1, output=to_payload(10))
-    out = run_batch(pp, result, result)
-    assert pp.counters.rejected == 1
-    (status,) = messages(out, "t.status")
-    assert from_payload(status.output) == 10
-
-
-def test_cold_instance_is_rebuilt_from_its_history_rows(pp: PartitionProcessor) -> None:
-    run_batch(pp, StartWorkflow("w", name="waiter"))
-    pp.cache._items.clear()
-    out = run_batch(pp, RaiseEvent("w", name="go", input=to_payload("yes")))
-    (status,) = messages(out, "t.status")
-    assert status.status is RuntimeStatus.COMPLETED and from_payload(status.output) == "yes"
-
-
-def test_events_raised_before_the_start_are_kept_and_applied(pp: PartitionProcessor) -> None:
-    run_batch(pp, RaiseEvent("w", name="go", input=to_payload(1)))
-    assert messages(run_batch(pp), "t.status") == []
-    out = run_batch(pp, StartWorkflow("w", name="waiter"))
-    (status,) = messages(out, "t.status")
-    assert from_payload(status.output) == 1
-
-
-def test_pending_events_beyond_the_bound_go_to_dead_letters(pp: PartitionProcessor) -> None:
-    out = run_batch(pp, *(RaiseEvent("w", name="go") for _ in range(3)))
-    assert len(messages(out, "t.dead-letters")) == 1
-
-
-def test_aborted_batch_leaves_no_trace(pp: PartitionProcessor) -> None:
-    pp.handle(StartWorkflow("a", name="inline3", input=to_payload(1)), NOW)
-    pp.end_batch(NOW)
-    pp.rolled_back()
-    assert pp.tables.load_meta("a") is None
-    out = run_batch(pp, StartWorkflow("a", name="inline3", input=to_payload(1)))
-    assert history(out)[0].sequence == 0
-
-
-def test_continue_as_new_keeps_only_the_current_generation_in_the_table(
-    pp: PartitionProcessor,
-) -> None:
-    run_batch(pp, StartWorkflow("c", name="counter", input=to_payload(1)))
-    for step in range(1, 4):
-        now = NOW + step * 2000
-        pp.fire_due_timers(now)
-        _out, changes = pp.end_batch(now)
-        pp.committed(changes, {})
-    meta = pp.tables.load_meta("c")
-    assert meta is not None and meta.status is RuntimeStatus.COMPLETED and meta.generation == 2
-    rows = list(pp.tables.scan(keys.history_prefix("c"), keys.history_prefix("c") + b"\xff"))
-    first = decode_history(rows[0][1])
-    assert first.sequence == meta.generation_start and first.generation == 2
-    assert not any(isinstance(decode_history(v).body, ContinuedAsNew) for _, v in rows)
-
-
-def test_purge_removes_a_finished_instance_and_refuses_a_running_one(
-    pp: PartitionProcessor,
-) -> None:
-    run_batch(pp, StartWorkflow("w", name="waiter"))
-    run_batch(pp, PurgeWorkflow("w"))
-    assert pp.tables.load_meta("w") is not None
-    run_batch(pp, StartWorkflow("a", name="inline3", input=to_payload(1)))
-    out = run_batch(pp, PurgeWorkflow("a"))
-    assert [r.value for r in out if r.topic == "t.status"] == [None]
-    assert pp.tables.load_meta("a") is None
-    assert list(pp.tables.scan(keys.history_prefix("a"), keys.history_prefix("a") + b"\xff")) == []
-
-
-def test_scheduled_start_waits_for_its_timer(pp: PartitionProcessor) -> None:
-    start = StartWorkflow("s", name="inline3", input=to_payload(1), scheduled_start_ms=NOW + 500)
-    out = run_batch(pp, start)
-    (status,) = messages(out, "t.status")
-    assert status.status is RuntimeStatus.PENDING
-    assert pp.fire_due_timers(NOW + 499) == 0
-    assert pp.fire_due_timers(NOW + 500) == 1
-    out, _changes = pp.end_batch(NOW + 500)
-    (status,) = messages(out, "t.status")
-    assert status.status is RuntimeStatus.COMPLETED
-
-
-def test_unknown_workflow_fails_alone(pp: PartitionProcessor) -> None:
-    out = run_batch(
-        pp,
-        StartWorkflow("x", name="no-such-workflow"),
-        StartWorkflow("a", name="inline3", input=to_payload(1)),
-    )
-    by_id = {s.instance_id: s for s in messages(out, "t.status")}
-    assert by_id["x"].status is RuntimeStatus.FAILED
-    assert by_id["x"].failure is not None
-    assert by_id["a"].status is RuntimeStatus.COMPLETED
-
-
 @registry.workflow(name="versioned", version="2")
 async def versioned(ctx: WorkflowContext, _: Any) -> str:
     return "v2"
 
 
-def test_history_and_status_name_the_version_that_ran(pp: PartitionProcessor) -> None:
-    out = run_batch(pp, StartWorkflow("v", name="versioned"))
-    started = next(e.body for e in history(out) if type(e.body).__name__ == "ExecutionStarted")
+@pytest.fixture
+def env() -> Iterator[TestEngine]:
+    with TestEngine(registry, settings=Settings(pending_events_max=2)) as engine:
+        yield engine
+
+
+def pp_of(env: TestEngine) -> PartitionProcessor:
+    return env.processors[0]
+
+
+def statuses(env: TestEngine, instance_id: str | None = None) -> list[InstanceStatus]:
+    out = []
+    for r in env.records("status"):
+        if r.value is not None and (instance_id is None or r.key == instance_id.encode()):
+            status = decode_message(r.value)
+            assert isinstance(status, InstanceStatus)
+            out.append(status)
+    return out
+
+
+def history_rows(pp: PartitionProcessor, instance_id: str) -> list[HistoryEvent]:
+    prefix = keys.history_prefix(instance_id)
+    return [decode_history(v) for _, v in pp.tables.scan(prefix, prefix + b"\xff")]
+
+
+def test_inline_steps_complete_in_one_turn_with_one_status_record(env: TestEngine) -> None:
+    env.start("inline3", 1, instance_id="a")
+    env.run()
+    events = env.history("a")
+    assert [e.sequence for e in events] == list(range(len(events)))
+    assert isinstance(events[-1].body, ExecutionCompleted)
+    (status,) = statuses(env, "a")
+    assert status.status is RuntimeStatus.COMPLETED
+    assert from_payload(status.output) == 4
+    assert all(e.previous_hash == p.hash for p, e in itertools.pairwise(events))
+
+
+def test_every_table_change_goes_to_its_changelog(env: TestEngine) -> None:
+    env.start("counter", 3, instance_id="a")
+    env.run()
+    state = {r.key for r in env.records("state-changelog")}
+    timers = {r.key for r in env.records("timer-changelog")}
+    assert keys.meta_key("a") in state
+    assert timers and all(k is not None and k.startswith(keys.TIMER) for k in timers)
+    assert all(r.partition == 0 for r in env.records("state-changelog"))
+
+
+def test_activity_result_is_applied_once(env: TestEngine) -> None:
+    env.start("remote", 5, instance_id="r")
+    assert env.wait_for_completion("r").output == 10
+    (task,) = [decode_message(r.value) for r in env.records("activity-tasks") if r.value]
+    assert isinstance(task, ActivityTask) and task.idempotency_key == "r/0/0/1"
+    again = ActivityResult("r", generation=0, task_id=0, attempt=1, output=to_payload(99))
+    rejected = pp_of(env).counters.rejected
+    env.produce(env.topics.activity_results, b"r", encode_message(again))
+    env.run()
+    assert pp_of(env).counters.rejected == rejected + 1
+    assert [from_payload(s.output) for s in statuses(env, "r")] == [None, 10]
+
+
+def test_cold_instance_is_rebuilt_from_its_history_rows(env: TestEngine) -> None:
+    env.start("waiter", instance_id="w")
+    env.run()
+    pp_of(env).cache.clear()
+    env.raise_event("w", "go", "yes")
+    state = env.wait_for_completion("w")
+    assert state.status is RuntimeStatus.COMPLETED and state.output == "yes"
+
+
+def test_events_raised_before_the_start_are_kept_and_applied(env: TestEngine) -> None:
+    env.raise_event("w", "go", 1)
+    env.run()
+    assert statuses(env) == []
+    env.start("waiter", instance_id="w")
+    assert env.wait_for_completion("w").output == 1
+
+
+def test_pending_events_beyond_the_bound_go_to_dead_letters(env: TestEngine) -> None:
+    for _ in range(3):
+        env.raise_event("w", "go")
+    env.run()
+    (letter,) = env.dead_letters()
+    assert "pending_events_max" in letter.reason and letter.instance_id == "w"
+    (third,) = [r for r in env.records("commands") if r.offset == letter.source_offset]
+    assert letter.source_topic == env.topics.commands and letter.value == third.value
+
+
+def test_aborted_batch_leaves_no_trace() -> None:
+    environment = Environment(registry, topic_names("t"), 1, 2, 10**6)
+    pp = PartitionProcessor(0, MemoryPartitionStore(), environment)
+    start = encode_message(StartWorkflow("a", name="inline3", input=to_payload(1)))
+    record = RawRecord(0, 0, b"a", start, 0, "t.commands")
+    pp.accept(record, 1000)
+    assert pp.end_batch(1000).out
+    pp.rolled_back()
+    assert pp.tables.load_meta("a") is None
+    pp.accept(record, 1000)
+    batch = pp.end_batch(1000)
+    first = next(decode_history(r.value) for r in batch.out if r.topic == "t.history" and r.value)
+    assert first.sequence == 0
+    pp.committed({})
+    assert pp.tables.load_meta("a") is not None
+
+
+def test_continue_as_new_keeps_only_the_current_generation_in_the_table(
+    env: TestEngine,
+) -> None:
+    env.start("counter", 1, instance_id="c")
+    assert env.wait_for_completion("c").output == 3
+    meta = pp_of(env).tables.load_meta("c")
+    assert meta is not None and meta.status is RuntimeStatus.COMPLETED and meta.generation == 2
+    rows = history_rows(pp_of(env), "c")
+    assert rows[0].sequence == meta.generation_start and rows[0].generation == 2
+    assert not any(isinstance(e.body, ContinuedAsNew) for e in rows)
+    starts = [e.generation for e in env.history("c") if isinstance(e.body, ExecutionStarted)]
+    assert starts == [0, 1, 2]
+
+
+def test_purge_removes_a_finished_instance_and_refuses_a_running_one(env: TestEngine) -> None:
+    env.start("waiter", instance_id="w")
+    env.run()
+    env.purge("w")
+    env.run()
+    assert pp_of(env).tables.load_meta("w") is not None
+    env.start("inline3", 1, instance_id="a")
+    env.run()
+    env.purge("a")
+    env.run()
+    assert [r.value for r in env.records("status") if r.key == b"a"][-1] is None
+    assert env.get("a") is None
+    assert pp_of(env).tables.load_meta("a") is None
+    assert history_rows(pp_of(env), "a") == []
+
+
+def test_scheduled_start_waits_for_its_timer(env: TestEngine) -> None:
+    env.start("inline3", 1, instance_id="s", start_at=env.now() + timedelta(milliseconds=500))
+    env.run()
+    state = env.get("s")
+    assert state is not None and state.status is RuntimeStatus.PENDING
+    env.advance(0.499)
+    assert env.get("s").status is RuntimeStatus.PENDING  # type: ignore[union-attr]
+    env.advance(0.001)
+    assert env.get("s").status is RuntimeStatus.COMPLETED  # type: ignore[union-attr]
+
+
+def test_unknown_workflow_fails_alone(env: TestEngine) -> None:
+    env.send(StartWorkflow("x", name="no-such-workflow"))
+    env.start("inline3", 1, instance_id="a")
+    env.run()
+    x, a = env.get("x"), env.get("a")
+    assert x is not None and x.status is RuntimeStatus.FAILED and x.failure is not None
+    assert a is not None and a.status is RuntimeStatus.COMPLETED
+
+
+def test_history_and_status_name_the_version_that_ran(env: TestEngine) -> None:
+    env.start("versioned", instance_id="v")
+    state = env.wait_for_completion("v")
+    started = next(e.body for e in env.history("v") if isinstance(e.body, ExecutionStarted))
     assert started.version == "2"
-    (status,) = messages(out, "t.status")
-    assert status.version == "2" and from_payload(status.output) == "v2"
+    assert state.version == "2" and state.output == "v2"

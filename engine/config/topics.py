@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from engine.config.settings import Settings
 from engine.core.errors import ConfigurationError
-from engine.services.config import Settings
 
 MIN_INSYNC = "min.insync.replicas"
 

@@ -267,7 +267,7 @@ def _server_properties(data_dir: Path, broker_port: int, controller_port: int) -
         # every transactional offset commit (send_offsets_to_transaction) pays it in full.
         "group.coordinator.append.linger.ms": "0",
     }
-    lines = ["# Written by engine.adapters.local_kafka; regenerated when ports change."]
+    lines = ["# Written by engine.dev.local_kafka; regenerated when ports change."]
     lines += [f"{key}={value}" for key, value in settings.items()]
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,74 @@
+"""The processor's per-instance row in its state table (and on the state changelog).
+
+It holds what the status record shows plus the engine's own bookkeeping: where the current
+generation's history starts, the next sequence number, the tail of the hash chain, events
+raised before the instance started, and a start that waits for its scheduled time. It is
+an Avro record like every other (``schemas/InstanceRow.avsc``), so the changelog can be
+read by any Avro tool and evolves under the same rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.core.failure import FailureDetails
+from engine.core.history import RuntimeStatus
+from engine.core.messages import InstanceStatus, StartWorkflow
+from engine.core.payloads import Payload
+
+
+@dataclass(slots=True)
+class PendingEvent:
+    """An event raised for an instance that has not started yet."""
+
+    name: str
+    input: Payload | None
+    received_ms: int
+
+
+@dataclass(slots=True)
+class InstanceRow:
+    instance_id: str
+    name: str = ""
+    version: str = ""
+    #: ``None`` while only pending events exist for the id (the instance has not started).
+    status: RuntimeStatus | None = None
+    generation: int = 0
+    created_ms: int = 0
+    last_updated_ms: int = 0
+    input: Payload | None = None
+    output: Payload | None = None
+    custom_status: Payload | None = None
+    failure: FailureDetails | None = None
+    parent_instance_id: str | None = None
+    parent_generation: int | None = None
+    parent_task_id: int | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    request_id: str = ""
+    next_sequence: int = 0
+    generation_start: int = 0
+    last_hash: bytes = b""
+    pending_events: list[PendingEvent] = field(default_factory=list)
+    scheduled_start: StartWorkflow | None = None
+
+    @property
+    def exists(self) -> bool:
+        return self.status is not None
+
+    def to_status(self) -> InstanceStatus:
+        return InstanceStatus(
+            instance_id=self.instance_id,
+            name=self.name,
+            version=self.version,
+            status=self.status or RuntimeStatus.PENDING,
+            generation=self.generation,
+            created_ms=self.created_ms,
+            last_updated_ms=self.last_updated_ms,
+            input=self.input,
+            output=self.output,
+            custom_status=self.custom_status,
+            failure=self.failure,
+            parent_instance_id=self.parent_instance_id,
+            tags=dict(self.tags),
+            request_id=self.request_id,
+        )

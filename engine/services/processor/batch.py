@@ -1,0 +1,143 @@
+"""One batch of one partition: the instances it touched and everything it decided.
+
+The state machine opens a :class:`Batch` for every batch; the inbound handlers and the
+turn outcome write into it (rows changed, records to produce, counters), and the loop takes
+the closed batch's output and table changes to its transaction. Nothing outside the batch
+is changed until the loop reports the commit, so an abort is just dropping the batch.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from engine.codec import decode_history, encode_message, instance_key
+from engine.core.errors import TurnstileError
+from engine.core.instance_row import InstanceRow
+from engine.core.messages import Message
+from engine.runtime.executor import WorkflowExecution
+from engine.services.dead_letters import dead_letter_of
+from engine.services.processor import keys
+from engine.services.processor.ports import Headers, OutRecord
+from engine.services.processor.state import Counters, Environment, InstanceCache, Loaded
+from engine.services.processor.tables import Tables
+from engine.services.records import RawRecord
+
+log = logging.getLogger("engine.processor")
+
+
+class Batch:
+    """What one batch decided, until it is committed or dropped."""
+
+    def __init__(
+        self, partition: int, env: Environment, tables: Tables, cache: InstanceCache
+    ) -> None:
+        self.partition = partition
+        self.env = env
+        self.tables = tables
+        self._cache = cache
+        self.counters = Counters()
+        #: Instances touched in this batch, in first-touch order.
+        self.touched: dict[str, Loaded] = {}
+        #: Rows changed in this batch: written, with one status record each, at its end.
+        self._dirty: dict[str, InstanceRow] = {}
+        #: Records to produce in the batch's transaction.
+        self.out: list[OutRecord] = []
+        #: Table changes (puts and deletes), filled when the batch is closed.
+        self.changes: dict[bytes, bytes | None] = {}
+        self.closed = False
+        #: The input record being handled (set by the state machine around each handler).
+        self.current: RawRecord | None = None
+
+    @property
+    def empty(self) -> bool:
+        """Nothing was routed here (no record, no timer): nothing to commit."""
+        return not self.touched and not self.out
+
+    # --- instances ------------------------------------------------------------------------
+
+    def load(self, instance_id: str) -> Loaded:
+        """The instance for this batch; a new, not-yet-started row if none exists."""
+        item = self.touched.get(instance_id)
+        if item is not None:
+            return item
+        item = self._cache.get(instance_id)
+        if item is None:
+            meta = self.tables.load_meta(instance_id) or InstanceRow(instance_id)
+            item = Loaded(meta)
+            self._cache.put(instance_id, item)
+        self.touched[instance_id] = item
+        return item
+
+    def execution(self, item: Loaded) -> WorkflowExecution:
+        """The instance's execution, rebuilt by replaying its current generation if cold."""
+        if item.execution is None:
+            meta = item.meta
+            execution = WorkflowExecution(self.env.registry, meta.instance_id)
+            rows = self.tables.history(meta.instance_id, meta.generation_start)
+            execution.replay([decode_history(raw) for raw in rows])
+            item.execution = execution
+        return item.execution
+
+    def save(self, meta: InstanceRow) -> None:
+        """Mark the row changed; it is written (with one status record) when the batch ends."""
+        self._dirty[meta.instance_id] = meta
+
+    def remove(self, meta: InstanceRow) -> None:
+        """Delete the instance's row and its status (purge); its history stays on the topic."""
+        self._dirty.pop(meta.instance_id, None)
+        self.tables.delete_meta(meta.instance_id)
+        self.emit(self.env.topics.status, meta.instance_id.encode(), None, self.partition)
+
+    # --- output ---------------------------------------------------------------------------
+
+    def emit(
+        self,
+        topic: str,
+        key: bytes,
+        value: bytes | None,
+        partition: int | None,
+        headers: Headers = (),
+    ) -> None:
+        self.out.append(OutRecord(topic, key, value, partition, headers))
+
+    def send(self, topic: str, message: Message) -> None:
+        """A message to another instance or to the workers, partitioned by its key."""
+        self.emit(topic, instance_key(message.instance_id), encode_message(message), None)
+
+    def dead_letter(self, record: RawRecord, reason: str) -> None:
+        """Park an unusable record with the reason, so the partition can go on."""
+        self.counters.dead_letters += 1
+        log.warning(
+            "dead letter from %s[%d]@%d: %s", record.topic, self.partition, record.offset, reason
+        )
+        value, headers = dead_letter_of(record, record.topic, reason)
+        self.emit(self.env.topics.dead_letters, record.key or b"", value, None, headers)
+
+    def dead_letter_current(self, reason: str) -> None:
+        """Park the record being handled: a handler found it valid but cannot keep it."""
+        record = self.current
+        if record is None:  # pragma: no cover - handlers only run inside accept()
+            raise TurnstileError(f"no input record to dead-letter ({reason})")
+        self.dead_letter(record, reason)
+
+    # --- end ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Write the changed rows with their status records, and turn every table change
+        into its changelog record; the batch is then ready for the transaction."""
+        status_topic = self.env.topics.status
+        for meta in self._dirty.values():
+            self.tables.put_meta(meta)
+            if meta.exists:
+                key = meta.instance_id.encode()
+                self.emit(status_topic, key, encode_message(meta.to_status()), self.partition)
+        self._dirty = {}
+        self.changes = self.tables.take_changes()
+        for key, value in self.changes.items():
+            self.emit(self._changelog_for(key), key, value, self.partition)
+        self.closed = True
+
+    def _changelog_for(self, key: bytes) -> str:
+        if key[:1] == keys.TIMER:
+            return self.env.topics.timer_changelog
+        return self.env.topics.state_changelog

@@ -1,0 +1,437 @@
+"""The in-process test engine: the real processor over in-memory topics, with time you
+control.
+
+:class:`TestEngine` runs the same :class:`PartitionProcessor` state machine the Kafka loop
+runs, one batch at a time, over :class:`MemoryTopics` and the in-memory partition store.
+Activity tasks go to the real worker service, which runs the registered activity functions
+(or the replacements a test passes). Its clock is a :class:`ManualClock`: waiting for a
+result skips straight to the next due timer, so a 30-day timer fires at once, in fire-time
+order with every other timer, and ``ctx.now()`` in the workflow moves with it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Any
+
+from engine.codec import decode_history, decode_message
+from engine.config.settings import Settings
+from engine.config.topics import TopicNames, full_name, logical_names, topic_names
+from engine.core.errors import TurnstileError, WaitTimeoutError
+from engine.core.history import HistoryEvent
+from engine.core.keys import murmur2_partition
+from engine.core.messages import DeadLetter, IdReusePolicy, Message
+from engine.runtime.registry import Registry, default_registry
+from engine.services.client import InstanceState, StatusView, WorkflowClient, is_completed
+from engine.services.processor.memory_store import MemoryPartitionStore
+from engine.services.processor.partition import Environment, PartitionProcessor
+from engine.services.processor.protocol import BatchMetrics, NoMetrics, Step
+from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
+from engine.services.records import RawRecord
+from engine.services.worker import Outbound, Worker
+from engine.testing.topics import MemoryTopics
+
+__all__ = ["ManualClock", "TestEngine"]
+
+#: A guard against a workflow that never settles (a timer loop with no end, say).
+MAX_ROUNDS = 100_000
+
+
+class ManualClock:
+    """Wall time that only moves when the test engine moves it (never backwards)."""
+
+    def __init__(self, start_ms: int) -> None:
+        self._now_ms = start_ms
+
+    def now_ms(self) -> int:
+        return self._now_ms
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def advance_to(self, when_ms: int) -> None:
+        self._now_ms = max(self._now_ms, when_ms)
+
+
+class _CommandSink:
+    """The client's command sink: commands go straight onto the in-memory topic."""
+
+    def __init__(self, produce: Callable[[str, bytes, bytes | None], RawRecord], topic: str):
+        self._produce = produce
+        self._topic = topic
+
+    def send(self, key: bytes, value: bytes) -> None:
+        self._produce(self._topic, key, value)
+
+    def flush(self, timeout_s: float) -> None:
+        return None  # every send is written at once
+
+
+class TestEngine:
+    """A whole engine in the test process: no broker, no disk, no waiting for timers.
+
+    ``registry`` holds the workflows and activities (default: the ``@workflow`` /
+    ``@activity`` registry); ``activities`` replaces activities by name or function, e.g.
+    ``{"orders.charge": fake_charge}``. Commands mirror :class:`engine.client.Client`.
+    """
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    def __init__(
+        self,
+        registry: Registry | None = None,
+        *,
+        activities: Mapping[str | Callable[..., Any], Callable[..., Any]] | None = None,
+        partitions: int = 1,
+        start: datetime | None = None,
+        namespace: str = "test",
+        settings: Settings | None = None,
+        activity_timeout_s: float = 60.0,
+        metrics: BatchMetrics | None = None,
+    ) -> None:
+        base = settings or Settings()
+        self.registry = registry or default_registry
+        self.namespace = namespace
+        self.topics: TopicNames = topic_names(namespace)
+        when = start or datetime.now(UTC)
+        self.clock = ManualClock(int(when.timestamp() * 1000))
+        env = Environment(
+            registry=self.registry,
+            topics=self.topics,
+            partitions=partitions,
+            pending_events_max=base.pending_events_max,
+            pending_events_ttl_ms=base.pending_events_ttl_ms,
+            cache_capacity=max(100, base.cache_instances // partitions),
+        )
+        self.processors = {
+            p: PartitionProcessor(p, MemoryPartitionStore(), env) for p in range(partitions)
+        }
+        self.log = MemoryTopics(partitions)
+        self._inputs = {
+            self.topics.commands,
+            self.topics.activity_results,
+            self.topics.instance_messages,
+        }
+        self._inbox: dict[int, deque[RawRecord]] = {p: deque() for p in range(partitions)}
+        self._max_batch = base.max_batch
+        self._activity_timeout_s = activity_timeout_s
+        self._metrics: BatchMetrics = metrics or NoMetrics()
+        self._view = StatusView()
+        self._view.mark_ready()
+        sink = _CommandSink(self._produce, self.topics.commands)
+        self.client = WorkflowClient(sink, self._view, registry=self.registry)
+        worker_registry = _with_replacements(self.registry, activities or {})
+        self._worker = Worker(
+            worker_registry, source_topic=self.topics.activity_tasks, concurrency=1
+        )
+        self._worker.assigned(range(partitions))
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._worker.shutdown()
+        for pp in self.processors.values():
+            pp.close()
+
+    def __enter__(self) -> TestEngine:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- commands (as engine.client.Client) --------------------------------------------------
+
+    def start(
+        self,
+        workflow: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        instance_id: str | None = None,
+        reuse_policy: IdReusePolicy = IdReusePolicy.ERROR_IF_RUNNING,
+        request_id: str | None = None,
+        start_at: datetime | None = None,
+        tags: dict[str, str] | None = None,
+        version: str = "",
+    ) -> str:
+        """Send a start command (processed by the next :meth:`run` or wait); returns the id."""
+        return self.client.start(
+            workflow,
+            input,
+            instance_id=instance_id,
+            reuse_policy=reuse_policy,
+            request_id=request_id,
+            start_at=start_at,
+            tags=tags,
+            version=version,
+        )
+
+    def raise_event(self, instance_id: str, name: str, data: Any = None) -> None:
+        self.client.raise_event(instance_id, name, data)
+
+    def terminate(self, instance_id: str, reason: str = "", recursive: bool = False) -> None:
+        self.client.terminate(instance_id, reason, recursive)
+
+    def suspend(self, instance_id: str, reason: str = "") -> None:
+        self.client.suspend(instance_id, reason)
+
+    def resume(self, instance_id: str, reason: str = "") -> None:
+        self.client.resume(instance_id, reason)
+
+    def purge(self, instance_id: str) -> None:
+        self.client.purge(instance_id)
+
+    def send(self, command: Message) -> None:
+        """Send a hand-made command record (for tests of the wire contract)."""
+        self.client.send(command)
+
+    def produce(
+        self, topic: str, key: bytes, value: bytes | None, partition: int | None = None
+    ) -> RawRecord:
+        """Write raw bytes to a topic (full name), as a foreign producer would; the
+        partition defaults to murmur2 of the key, like every Turnstile producer."""
+        return self._produce(topic, key, value, partition)
+
+    # --- running ----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Process everything that is due now (input, due timers, activities), without
+        moving the clock."""
+        self._run(skip_time=False)
+
+    def advance(self, duration: timedelta | float) -> None:
+        """Move the clock forward by ``duration`` (seconds or a timedelta), firing every
+        timer due on the way in order, with the clock at each timer's time."""
+        if _ms(duration) < 0:
+            raise ValueError("advance() moves time forward only; pass a positive duration")
+        horizon = self.clock.now_ms() + _ms(duration)
+        self._run(skip_time=True, horizon_ms=horizon)
+        self.clock.advance_to(horizon)
+        self._run(skip_time=False)
+
+    def wait_for_completion(
+        self, instance_id: str, timeout: timedelta | float | None = None
+    ) -> InstanceState:
+        """Run, skipping time to each next timer, until the instance has ended.
+
+        ``timeout`` bounds the engine time to skip (seconds or a timedelta; default: no
+        bound); a wait that runs out leaves the clock at its end, as a real wait would.
+        Raises :class:`WaitTimeoutError` when the instance still runs after it, or
+        when nothing is left to do (it waits for an event: raise it, or check the workflow).
+        """
+        horizon = None if timeout is None else self.clock.now_ms() + _ms(timeout)
+        self._run(skip_time=True, until=lambda: self._ended(instance_id), horizon_ms=horizon)
+        if horizon is not None and not self._ended(instance_id):
+            self.clock.advance_to(horizon)  # the whole timeout passed, as for a real wait
+            self._run(skip_time=False)
+        status = self._view.get(instance_id)
+        if status is not None and is_completed(status):
+            return InstanceState(status)
+        state = "unknown" if status is None else status.status.value
+        if horizon is not None and self._next_timer_ms() is not None:
+            raise WaitTimeoutError(
+                f"instance {instance_id} is still {state} after {timeout} of engine time; "
+                f"wait longer or check what it waits for"
+            )
+        raise WaitTimeoutError(
+            f"instance {instance_id} is {state} and nothing is left to run: it waits for "
+            f"something only the test can send (an event, a resume), or it was never "
+            f"started; send it, then wait again"
+        )
+
+    def now(self) -> datetime:
+        """The engine's current time (what ``ctx.now()`` sees in a turn run now)."""
+        return datetime.fromtimestamp(self.clock.now_ms() / 1000, UTC)
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def get(self, instance_id: str) -> InstanceState | None:
+        """The instance's latest status, as the client would read it (None if unknown)."""
+        status = self._view.get(instance_id)
+        return None if status is None else InstanceState(status)
+
+    def history(self, instance_id: str) -> list[HistoryEvent]:
+        """Every history event of the instance, all generations, from the history topic."""
+        key = instance_id.encode()
+        return [
+            decode_history(r.value)
+            for r in self.log.read(self.topics.history)
+            if r.key == key and r.value is not None
+        ]
+
+    def records(self, topic: str) -> list[RawRecord]:
+        """What was written to a topic, by full name or spec name (``dead-letters``)."""
+        full = topic if topic in self.topics.names() else full_name(self.namespace, topic)
+        if full not in self.topics.names():
+            names = ", ".join(logical_names())
+            raise ValueError(f"no topic {topic!r} in this engine; use one of {names}")
+        return self.log.read(full)
+
+    def partition_of(self, instance_id: str) -> int:
+        """The partition (and so the entry of :attr:`processors`) that owns the instance."""
+        return murmur2_partition(instance_id.encode(), len(self.processors))
+
+    def dead_letters(self) -> list[DeadLetter]:
+        """The dead letters written so far, decoded."""
+        out = []
+        for r in self.log.read(self.topics.dead_letters):
+            assert r.value is not None
+            letter = decode_message(r.value)
+            assert isinstance(letter, DeadLetter)
+            out.append(letter)
+        return out
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def _run(
+        self,
+        *,
+        skip_time: bool,
+        until: Callable[[], bool] | None = None,
+        horizon_ms: int | None = None,
+    ) -> None:
+        for _ in range(MAX_ROUNDS):
+            if until is not None and until():
+                return
+            if self._pump():
+                continue
+            if not skip_time:
+                return
+            due = self._next_timer_ms()
+            if due is None or (horizon_ms is not None and due > horizon_ms):
+                return
+            self.clock.advance_to(due)
+        raise TurnstileError(
+            f"the engine was still busy after {MAX_ROUNDS} rounds: a workflow seems to loop "
+            f"forever (a timer loop without an end?); wait for another instance, or use "
+            f"advance() to run for a bounded time"
+        )
+
+    def _pump(self) -> bool:
+        """One batch on every partition with input or due timers, then the activities that
+        batch started; returns whether anything happened."""
+        progressed = False
+        for pp in self.processors.values():
+            progressed = self._run_batch(pp) or progressed
+        return self._run_activities() or progressed
+
+    def _run_batch(self, pp: PartitionProcessor) -> bool:
+        """The commit protocol of the Kafka loop, over memory (the produce, offsets and
+        commit steps cannot fail here, so there is no abort path)."""
+        now_ms = self.clock.now_ms()
+        # 1. poll: take what the partition's inbox holds
+        t = self.clock.monotonic()
+        inbox = self._inbox[pp.partition]
+        records = [inbox.popleft() for _ in range(min(len(inbox), self._max_batch))]
+        t = self._observe(Step.POLL, t, len(records))
+        # 2. accept
+        for record in records:
+            pp.accept(record, now_ms)
+        t = self._observe(Step.ACCEPT, t, len(records))
+        # 3. fire due timers
+        fired = pp.fire_due_timers(now_ms)
+        t = self._observe(Step.TIMERS, t, fired)
+        if not records and not fired:
+            return False
+        # 4. step the touched instances and close the batch
+        batch = pp.end_batch(now_ms)
+        t = self._observe(Step.STEP, t, len(batch.touched))
+        # 5-7. produce (offsets and commit are implicit: the inbox was consumed)
+        reached: dict[str, int] = {}
+        changelogs = {
+            self.topics.state_changelog: STATE_CHANGELOG,
+            self.topics.timer_changelog: TIMER_CHANGELOG,
+        }
+        for r in batch.out:
+            written = self._produce(r.topic, r.key, r.value, r.partition, r.headers)
+            name = changelogs.get(r.topic)
+            if name is not None:
+                reached[name] = written.offset
+        t = self._observe(Step.PRODUCE, t, len(batch.out))
+        # 8. apply the changes to the store
+        pp.committed(reached)
+        self._observe(Step.APPLY, t, len(batch.changes))
+        return True
+
+    def _observe(self, step: Step, started: float, count: int) -> float:
+        now = self.clock.monotonic()
+        self._metrics.observe(step, now - started, count)
+        return now
+
+    def _run_activities(self) -> bool:
+        """Run every activity task written so far to its end; their results go to the
+        activity-results topic like a worker's."""
+        worker = self._worker
+        if worker.idle:
+            return False
+        deadline = time.monotonic() + self._activity_timeout_s
+        while not worker.idle:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WaitTimeoutError(
+                    f"activities still running after {self._activity_timeout_s}s; pass a "
+                    f"faster replacement in activities=... or raise activity_timeout_s"
+                )
+            for out in worker.collect(wait_s=min(remaining, 1.0)):
+                self._produce_outbound(out)
+        worker.committed(worker.offsets.to_commit())
+        return True
+
+    def _produce_outbound(self, out: Outbound) -> None:
+        topic = self.topics.dead_letters if out.dead else self.topics.activity_results
+        self._produce(topic, out.key, out.value, None, out.headers)
+
+    def _produce(
+        self,
+        topic: str,
+        key: bytes,
+        value: bytes | None,
+        partition: int | None = None,
+        headers: tuple[tuple[str, bytes], ...] = (),
+    ) -> RawRecord:
+        record = self.log.append(topic, key, value, partition, self.clock.now_ms(), headers)
+        if topic in self._inputs:
+            self._inbox[record.partition].append(record)
+        elif topic == self.topics.status:
+            self._view.apply_record(key, value)
+        elif topic == self.topics.activity_tasks:
+            for letter in self._worker.accept([record]):
+                self._produce_outbound(letter)
+        return record
+
+    def _next_timer_ms(self) -> int | None:
+        due = [t for pp in self.processors.values() if (t := pp.next_timer_ms()) is not None]
+        return min(due) if due else None
+
+    def _ended(self, instance_id: str) -> bool:
+        status = self._view.get(instance_id)
+        return status is not None and is_completed(status)
+
+
+def _ms(duration: timedelta | float) -> int:
+    seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
+    return int(seconds * 1000)
+
+
+def _with_replacements(
+    registry: Registry, replacements: Mapping[str | Callable[..., Any], Callable[..., Any]]
+) -> Registry:
+    """The worker's registry: the activities of ``registry``, some replaced by name."""
+    if not replacements:
+        return registry
+    by_name = {registry.activity_name(k): fn for k, fn in replacements.items()}
+    out = Registry()
+    for definition in registry.activities():
+        if definition.name not in by_name:
+            out.add_activity(definition.fn, name=definition.name)
+    for name, fn in by_name.items():
+        out.add_activity(fn, name=name)
+    return out
