@@ -6,7 +6,7 @@ directly, but with exactly the records the processor writes: every instance is a
 ``chain3.inline`` start stepped by the processor's own turn logic (``PartitionProcessor``
 on a throwaway in-memory table), and the changelog records that turn writes (history rows,
 the instance row, any deletions) are produced to the topic, on the instance's partition,
-in transactions. Then ``restore_partition`` (the code a replica runs
+in transactions. Then ``restore_partitions`` (the code a replica runs
 on assignment) rebuilds every partition into a fresh RocksDB folder, one after the other as
 a replica does, and the wall time is reported in total and per partition.
 
@@ -32,7 +32,7 @@ from common import CpuSpan, emit, git_commit, host_info, progress
 import engine.examples.chain3  # noqa: F401  (registers chain3.inline)
 from engine.adapters.kafka_config import transactional_producer_config
 from engine.adapters.kafka_io import TransactionalProducer
-from engine.adapters.kafka_processor import restore_partition
+from engine.adapters.kafka_processor import restore_partitions
 from engine.adapters.rocks_store import RocksPartitionStore
 from engine.codec import encode_message
 from engine.config.settings import Settings
@@ -164,7 +164,7 @@ def restore_all(
     for p in range(settings.partitions):
         pp = PartitionProcessor(p, RocksPartitionStore(state_dir / f"p{p}"), env)
         started = time.perf_counter()
-        records = restore_partition(settings, topics, pp)
+        records = restore_partitions(settings, topics, {p: pp}).records
         per_partition.append(
             {"partition": p, "records": records, "s": round(time.perf_counter() - started, 3)}
         )

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,7 @@ from engine.adapters.kafka_io import (
     TransactionalProducer,
     poll_batch,
 )
-from engine.adapters.kafka_restore import restore_tables
+from engine.adapters.kafka_restore import RestoreReport, restore_tables
 from engine.adapters.rocks_store import RocksPartitionStore
 from engine.config.settings import Settings
 from engine.config.topics import TopicNames, topic_names
@@ -394,16 +394,7 @@ class ProcessorRunner:
         """Read every changelog of the new partitions to its committed end (kafka_restore)."""
         if not opened:
             return
-        changelogs = [
-            (self.topics.state_changelog, STATE_CHANGELOG),
-            (self.topics.timer_changelog, TIMER_CHANGELOG),
-        ]
-        report = restore_tables(
-            self.settings,
-            {p: changelogs for p in opened},
-            {p: pp.tables for p, pp in opened.items()},
-            stop=self._stop,
-        )
+        report = restore_partitions(self.settings, self.topics, opened, stop=self._stop)
         self.progress.restored_records += report.records
         self.progress.restore_s += report.seconds
         self.progress.restore_waits += len(report.waits)
@@ -415,6 +406,26 @@ class ProcessorRunner:
             report.seconds,
             f" ({report.waited_s:.1f}s waiting for open transactions)" if report.waits else "",
         )
+
+
+def restore_partitions(
+    settings: Settings,
+    topics: TopicNames,
+    partitions: Mapping[int, PartitionProcessor],
+    *,
+    stop: threading.Event | None = None,
+) -> RestoreReport:
+    """Bring the partitions' tables up to the committed end of their two changelogs."""
+    changelogs = [
+        (topics.state_changelog, STATE_CHANGELOG),
+        (topics.timer_changelog, TIMER_CHANGELOG),
+    ]
+    return restore_tables(
+        settings,
+        {p: changelogs for p in partitions},
+        {p: pp.tables for p, pp in partitions.items()},
+        stop=stop,
+    )
 
 
 def _headers(message: Message) -> tuple[tuple[str, bytes], ...]:
