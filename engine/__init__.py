@@ -38,6 +38,9 @@ from engine.runtime.registry import Registry, activity, default_registry, workfl
 from engine.runtime.retry import RetryPolicy
 from engine.runtime.tasks import Task
 
+#: The release, also the package version (``pyproject.toml`` reads it from here).
+__version__ = "0.1.0"
+
 __all__ = [
     "ActivityFailedError",
     "ApplicationError",
@@ -57,6 +60,7 @@ __all__ = [
     "WorkflowFailure",
     "WorkflowRuntimeError",
     "WorkflowTimeoutError",
+    "__version__",
     "activity",
     "default_registry",
     "workflow",

@@ -55,7 +55,10 @@ class Client:
         self.settings = settings
         self.topics = topic_names(settings.namespace)
         self._sink = KafkaCommandSink(
-            settings.bootstrap_servers, self.topics.commands, dict(settings.extra_kafka)
+            settings.bootstrap_servers,
+            self.topics.commands,
+            dict(settings.extra_kafka),
+            connect_timeout_s=settings.connect_timeout_s,
         )
         self._view = StatusView()
         self._reader: KafkaStatusReader | None = None
@@ -84,6 +87,7 @@ class Client:
                 self.topics.status,
                 self._view,
                 dict(self.settings.extra_kafka),
+                connect_timeout_s=self.settings.connect_timeout_s,
             ).start()
         return self._service
 

@@ -20,7 +20,8 @@ from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
 from engine.adapters.kafka_config import admin_config
-from engine.core.errors import BrokerError, TopicDriftError
+from engine.adapters.kafka_logs import unreachable_message, watch_of
+from engine.core.errors import BrokerError, BrokerUnreachableError, TopicDriftError
 from engine.services.config import Settings
 from engine.services.topics import (
     ActualTopic,
@@ -47,6 +48,24 @@ def admin_for(settings: Settings) -> Any:
     config = {**admin_config(settings.bootstrap_servers, client_id="turnstile-topics")}
     config.update(settings.extra_kafka)
     return AdminClient(config)
+
+
+def ensure_reachable(settings: Settings, timeout_s: float) -> None:
+    """Return once Kafka at the settings' address answers a metadata request; raise
+    BrokerUnreachableError after ``timeout_s`` saying why (refused, unresolvable host, not
+    a Kafka port, TLS/SASL) and what to do."""
+    config = {**admin_config(settings.bootstrap_servers, client_id="turnstile-connect")}
+    config.update(settings.extra_kafka)
+    watch = watch_of(config)
+    admin = AdminClient(config)
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except KafkaException:
+        admin.poll(0)  # error callbacks run from poll: collect what went wrong
+        detail = watch.last if watch is not None else None
+        raise BrokerUnreachableError(
+            unreachable_message(settings.bootstrap_servers, detail, timeout_s)
+        ) from None
 
 
 def _broker_error(settings: Settings, action: str, exc: Exception) -> BrokerError:

@@ -134,6 +134,10 @@ class BrokerError(TurnstileError):
     """Kafka could not be reached or refused an operation."""
 
 
+class BrokerUnreachableError(BrokerError):
+    """No Kafka broker answered at the configured address within the command's timeout."""
+
+
 class TopicDriftError(BrokerError):
     """The topics on the cluster differ from the declarative spec."""
 
