@@ -82,6 +82,10 @@ class WorkflowTimeoutError(WorkflowFailure):
     """A wait with a timeout (event, condition, activity) ran out of time."""
 
 
+class InstanceFailedError(WorkflowFailure):
+    """An instance a client waited for ended FAILED or TERMINATED (``details``: why)."""
+
+
 class ApplicationError(WorkflowFailure):
     """Raise this from activities or workflows to fail with a chosen type and retryability."""
 

@@ -60,6 +60,7 @@ from engine.core.history import (
 )
 from engine.core.messages import InstanceStatus
 from engine.core.payloads import Payload
+from engine.core.typed import convert, parameter_type
 from engine.runtime.actions import (
     CancelTimer,
     CompleteExecution,
@@ -461,7 +462,7 @@ class WorkflowExecution:
                 raise
             return _raise(exc)
         try:
-            value = decode(started.input)
+            value = convert(decode(started.input), parameter_type(definition.fn, 1))
             assert gen.ctx is not None
             if definition.takes_input:
                 return definition.fn(gen.ctx, value)
