@@ -46,6 +46,9 @@ __all__ = [
 
 R = TypeVar("R")
 
+#: The reason recorded for the resume that ``retry`` sends.
+RETRY_REASON = "retry"
+
 
 def _state(status: InstanceStatus | None) -> InstanceState | None:
     return None if status is None else InstanceState(status)
@@ -193,6 +196,14 @@ class Client:
     def purge(self, instance_id: str) -> None:
         self._service.purge(instance_id)
 
+    def retry(self, instance_id: str) -> None:
+        """Run a parked instance (one whose workflow code raised unexpectedly) again now,
+        with the code deployed now, instead of at its next scheduled retry.
+
+        It is sent as a resume, which an instance that is not parked ignores unless it is
+        suspended (then it resumes)."""
+        self._service.resume(instance_id, RETRY_REASON)
+
     # --- reads ------------------------------------------------------------------------------
 
     def get(self, instance_id: str) -> InstanceState | None:
@@ -273,6 +284,10 @@ class WorkflowHandle(str, Generic[R]):
 
     def resume(self, reason: str = "") -> None:
         self._client.resume(self, reason)
+
+    def retry(self) -> None:
+        """See :meth:`Client.retry`."""
+        self._client.retry(self)
 
 
 def _result_of(state: InstanceState, result_type: Any) -> Any:
@@ -355,6 +370,9 @@ class AsyncClient:
 
     async def purge(self, instance_id: str) -> None:
         await asyncio.to_thread(self.sync.purge, instance_id)
+
+    async def retry(self, instance_id: str) -> None:
+        await asyncio.to_thread(self.sync.retry, instance_id)
 
     async def get(self, instance_id: str) -> InstanceState | None:
         return await asyncio.to_thread(self.sync.get, instance_id)

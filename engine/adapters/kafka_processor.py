@@ -106,6 +106,7 @@ class ProcessorRunner:
             pending_events_ttl_ms=settings.pending_events_ttl_ms,
             # the cache budget is per replica; each partition gets its share
             cache_capacity=max(100, settings.cache_instances // max(1, settings.partitions)),
+            park_workflow_errors=settings.park_workflow_errors,
         )
         self.partitions: dict[int, PartitionProcessor] = {}
         self.progress = Progress()

@@ -1,5 +1,5 @@
-"""Client commands: ``start``, ``raise``, ``terminate``, ``suspend``, ``resume``, ``purge``,
-``status`` and ``wait`` - the Python client from a shell.
+"""Client commands: ``start``, ``raise``, ``terminate``, ``suspend``, ``resume``, ``retry``,
+``purge``, ``status`` and ``wait`` - the Python client from a shell.
 
 Exit codes of ``wait`` and ``start --wait``: 0 when the instance COMPLETED, 1 when it FAILED
 or was TERMINATED, 124 when the wait timed out (like ``timeout(1)``).
@@ -160,6 +160,13 @@ def _register_simple(subparsers: SubParsers) -> None:
         parser.set_defaults(operation=name)
     purge = _command(subparsers, "purge", "delete a completed instance's state", _purge)
     purge.add_argument("instance_id", metavar="INSTANCE", help="instance id")
+    retry = _command(
+        subparsers,
+        "retry",
+        "run a parked instance (its workflow code raised) again now, with the deployed code",
+        _retry,
+    )
+    retry.add_argument("instance_id", metavar="INSTANCE", help="instance id")
 
 
 def _terminate(args: argparse.Namespace) -> int:
@@ -174,6 +181,12 @@ def _suspend_or_resume(args: argparse.Namespace) -> int:
             client.suspend(args.instance_id, args.reason)
         else:
             client.resume(args.instance_id, args.reason)
+    return 0
+
+
+def _retry(args: argparse.Namespace) -> int:
+    with Client.from_settings(connected_settings(args), read_status=False) as client:
+        client.retry(args.instance_id)
     return 0
 
 

@@ -116,6 +116,8 @@ class WorkflowExecution:
         "_started",
         "_status",
         "_turn_open",
+        "code_error",
+        "definition",
         "instance_id",
     )
 
@@ -147,6 +149,9 @@ class WorkflowExecution:
         self._turn_open = False
         self._run_inline = True
         self._broken: BaseException | None = None
+        #: The exception that escaped the workflow code and failed the run (for parking).
+        self.code_error: BaseException | None = None
+        self.definition: WorkflowDefinition | None = None
 
     def close(self) -> None:
         """Drop the code's coroutines (the processor evicts the instance from memory).
@@ -461,6 +466,7 @@ class WorkflowExecution:
             if self._journal.replaying:
                 raise
             return _raise(exc)
+        self.definition = definition
         try:
             value = convert(decode(started.input), parameter_type(definition.fn, 1))
             assert gen.ctx is not None
@@ -481,6 +487,7 @@ class WorkflowExecution:
             try:
                 run_ready(gen, self._budget)
             except StepBudgetExceededError as exc:
+                self.code_error = exc
                 self._end(RuntimeStatus.FAILED, None, failure_from_exception(exc))
                 return
             if not gen.halt:
@@ -502,6 +509,7 @@ class WorkflowExecution:
 
     def _finish(self, main: Thread[Any]) -> None:
         if main._error is not None:
+            self.code_error = main._error
             self._end(RuntimeStatus.FAILED, None, failure_from_exception(main._error))
             return
         try:

@@ -62,6 +62,9 @@ class Settings:
     extra_kafka: dict[str, str] = field(default_factory=dict)
     #: How long a command waits for Kafka to answer before it gives up.
     connect_timeout_ms: int = 5000
+    #: An exception the workflow code did not mean (a bug, an unregistered workflow) parks
+    #: the instance until fixed code runs it, instead of failing it for good.
+    park_workflow_errors: bool = True
 
     @property
     def processor_group(self) -> str:

@@ -38,7 +38,7 @@ from engine.core.messages import (
     SuspendWorkflow,
     TerminateWorkflow,
 )
-from engine.services.processor import keys
+from engine.services.processor import keys, parking
 from engine.services.processor.meta import InstanceMeta, PendingEvent
 
 if TYPE_CHECKING:
@@ -312,6 +312,9 @@ def fire_timer(pp: PartitionProcessor, timer: keys.TimerKey, now_ms: int) -> Non
     if timer.generation != meta.generation:
         pp.counters.rejected += 1
         return  # a timer of an older generation: dropped, never applied
+    if timer.task_id == parking.PARK_TIMER:
+        parking.retry_now(pp, item)
+        return
     if timer.task_id == START_TIMER:
         if meta.status is RuntimeStatus.PENDING and meta.scheduled_start is not None:
             begin(pp, item, meta.scheduled_start, now_ms)

@@ -18,6 +18,7 @@ from engine.core.failure import FailureDetails
 from engine.core.history import RuntimeStatus
 from engine.core.messages import IdReusePolicy, InstanceStatus, StartWorkflow
 from engine.core.payloads import Payload
+from engine.services.processor.parking import Parked, parked_from_json, parked_to_json
 
 FORMAT = 1
 
@@ -55,6 +56,8 @@ class InstanceMeta:
     last_hash: bytes = b""
     pending_events: list[PendingEvent] = field(default_factory=list)
     scheduled_start: StartWorkflow | None = None
+    #: Set while a bug in the workflow code keeps the instance waiting (see parking.py).
+    parked: Parked | None = None
 
     @property
     def exists(self) -> bool:
@@ -164,6 +167,8 @@ def encode_meta(meta: InstanceMeta) -> bytes:
         "pending": [[e.name, _payload_out(e.input), e.received_ms] for e in meta.pending_events],
         "scheduled": _start_out(meta.scheduled_start),
     }
+    if meta.parked is not None:  # only then: rows of unparked instances stay as they were
+        doc["parked"] = parked_to_json(meta.parked, meta.instance_id, _failure_out)
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -192,4 +197,5 @@ def decode_meta(data: bytes) -> InstanceMeta:
         last_hash=base64.b64decode(doc["hash"]),
         pending_events=[PendingEvent(n, _payload_in(p), t) for n, p, t in doc["pending"]],
         scheduled_start=_start_in(doc["scheduled"]),
+        parked=parked_from_json(doc.get("parked"), _failure_in),
     )

@@ -30,7 +30,7 @@ from engine.core.messages import (
     TerminateWorkflow,
 )
 from engine.runtime import actions as act
-from engine.services.processor import keys
+from engine.services.processor import keys, parking
 from engine.services.processor.handlers import save_meta
 
 if TYPE_CHECKING:
@@ -41,15 +41,28 @@ log = logging.getLogger("engine.processor")
 
 def step_instance(pp: PartitionProcessor, item: Loaded, now_ms: int) -> None:
     """Run the instance's code on its inbox and record everything it decided."""
-    inbox, item.inbox = item.inbox, []
+    inbox = parking.to_run(pp, item, item.inbox)
+    item.inbox = []
+    if inbox is None:
+        return
     meta = item.meta
     pp.counters.turns += 1
     try:
         execution = pp.execution(item)
         result = execution.step(inbox, now_ms)
     except Exception as exc:
+        failure = parking.parked_failure(pp, item, inbox, None, exc)
+        if failure is not None:
+            parking.park(pp, item, inbox, failure, now_ms)
+            return
+        parking.settled(pp, item)
         _fail_instance(pp, item, exc, now_ms)
         return
+    failure = parking.parked_failure(pp, item, inbox, result, None)
+    if failure is not None:
+        parking.park(pp, item, inbox, failure, now_ms)
+        return
+    parking.settled(pp, item)
     pp.counters.rejected += len(result.rejected)
     for rejected in result.rejected:
         log.info("%s: rejected %s: %s", meta.instance_id, rejected.inbound.body, rejected.reason)

@@ -82,6 +82,8 @@ class Environment:
     pending_events_max: int
     pending_events_ttl_ms: int
     cache_capacity: int = 10000
+    #: Park instances whose workflow code raised unexpectedly instead of failing them.
+    park_workflow_errors: bool = True
 
 
 class PartitionProcessor:

@@ -214,7 +214,28 @@ def test_scheduled_start_waits_for_its_timer(pp: PartitionProcessor) -> None:
     assert status.status is RuntimeStatus.COMPLETED
 
 
-def test_unknown_workflow_fails_alone(pp: PartitionProcessor) -> None:
+def test_unknown_workflow_waits_alone(pp: PartitionProcessor) -> None:
+    """An unregistered workflow parks (tests/unit/processor/test_parking.py); the others
+    in its batch go on."""
+    out = run_batch(
+        pp,
+        StartWorkflow("x", name="no-such-workflow"),
+        StartWorkflow("a", name="inline3", input=to_payload(1)),
+    )
+    by_id = {s.instance_id: s for s in messages(out, "t.status")}
+    assert by_id["x"].status is RuntimeStatus.RUNNING
+    assert by_id["a"].status is RuntimeStatus.COMPLETED
+
+
+def test_unknown_workflow_fails_alone_with_parking_off() -> None:
+    env = Environment(
+        registry,
+        topic_names("t"),
+        pending_events_max=2,
+        pending_events_ttl_ms=10**6,
+        park_workflow_errors=False,
+    )
+    pp = PartitionProcessor(0, MemoryStore(), env)
     out = run_batch(
         pp,
         StartWorkflow("x", name="no-such-workflow"),
