@@ -68,6 +68,26 @@ def ensure_reachable(settings: Settings, timeout_s: float) -> None:
         ) from None
 
 
+def ensure_topics(settings: Settings, spec: TopicsSpec, timeout_s: float) -> None:
+    """Refuse to run a processor on topics it cannot use: missing ones, or a partition count
+    other than the settings' (records would land on partitions no instance maps to)."""
+    diff = check(spec, settings, timeout=timeout_s)
+    if diff.missing:
+        names = ", ".join(t.name for t in diff.missing)
+        raise TopicDriftError(
+            f"the engine's topics do not exist yet ({names}); create them once with "
+            f"'turnstile topics apply --namespace {settings.namespace} --partitions "
+            f"{settings.partitions}'"
+        )
+    if diff.blocking:
+        raise TopicDriftError(
+            "the topics do not match the settings:\n"
+            + "\n".join(f"  {d.topic}: {d.detail}" for d in diff.blocking)
+            + "\nrun every process with the partition count the topics were created with "
+            "(--partitions or TURNSTILE_PARTITIONS)"
+        )
+
+
 def _broker_error(settings: Settings, action: str, exc: Exception) -> BrokerError:
     return BrokerError(
         f"could not {action} on Kafka at {settings.bootstrap_servers}: {exc}. Check that the "

@@ -11,6 +11,7 @@ import logging
 import threading
 from typing import Any
 
+from engine.adapters import kafka_admin
 from engine.adapters.kafka_processor import ProcessorRunner
 from engine.adapters.kafka_worker import KafkaWorker
 from engine.cli import SubParsers
@@ -27,6 +28,7 @@ from engine.cli.worker_cmd import import_modules, stop_on_signals
 from engine.runtime.registry import default_registry
 from engine.services.config import Settings
 from engine.services.contracts import check_contracts
+from engine.services.topics import load_spec
 
 __all__ = ["register"]
 
@@ -79,6 +81,7 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
     )
     import_modules([*settings.modules, *args.modules])
     require_registered(default_registry.workflows(), "workflows")
+    kafka_admin.ensure_topics(settings, load_spec(), settings.connect_timeout_s)
     return settings
 
 
