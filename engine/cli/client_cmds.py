@@ -75,9 +75,29 @@ def _command(
     return parser
 
 
+def _not_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return value
+
+
 def _add_wait_flags(parser: argparse.ArgumentParser, timeout: float) -> None:
     parser.add_argument(
-        "--timeout", type=float, default=timeout, help=f"seconds to wait ({timeout:g})"
+        "--timeout", type=_not_negative, default=timeout, help=f"seconds to wait ({timeout:g})"
     )
     parser.add_argument("--json", action="store_true", help="print the status as JSON")
 
@@ -228,7 +248,7 @@ def _register_list(subparsers: SubParsers) -> None:
     )
     parser.add_argument("--name", help="only instances of this workflow")
     parser.add_argument("--since", type=_when, help="only instances created at or after (ISO)")
-    parser.add_argument("--limit", type=int, default=100, help="show at most this many (100)")
+    parser.add_argument("--limit", type=_count, default=100, help="show at most this many (100)")
     parser.add_argument("--json", action="store_true", help="print the instances as JSON")
 
 

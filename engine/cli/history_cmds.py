@@ -157,6 +157,11 @@ def _write_atomically(path: Path, events: Iterable[HistoryEvent], codec: str) ->
         with partial.open("wb") as fo:
             written = write_history_file(fo, events, codec=codec)
         os.replace(partial, path)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot write {path}: {exc.strerror or exc}; check --output (its folder must "
+            f"exist and be writable)"
+        ) from exc
     finally:
         partial.unlink(missing_ok=True)
     return written

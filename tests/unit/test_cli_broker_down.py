@@ -150,6 +150,8 @@ def test_a_processor_does_not_start_without_kafka() -> None:
         (("run", "worker", "--log-level", "verbose"), {}, ["invalid choice"]),
         (("status", "x", "--connect-timeout", "-1"), {}, ["more than 0"]),
         (("start", "w", "--input", "{nope"), {}, ["not valid JSON"]),
+        (("list", "--limit", "-3"), {}, ["must be at least 1"]),
+        (("wait", "x", "--timeout", "-5"), {}, ["must not be negative"]),
     ],
 )
 def test_bad_input_is_a_message_not_a_traceback(
