@@ -155,8 +155,10 @@ def _concrete(value: Any, hint: type) -> Any:
         return float(value)
     if hint in (set, frozenset, tuple):
         return hint(_as_list(value))
-    if value is not None and hint in (int, str, bool, float, list, dict) and not isinstance(
-        value, hint
+    if (
+        value is not None
+        and hint in (int, str, bool, float, list, dict)
+        and not isinstance(value, hint)
     ):
         raise TypeError(f"expected {hint.__name__}, got {type(value).__name__}")
     return value
