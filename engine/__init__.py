@@ -23,6 +23,7 @@ from engine.core.errors import (
     ApplicationError,
     ChildWorkflowFailedError,
     InlineStepFailedError,
+    InstanceFailedError,
     NonDeterminismError,
     NotRegisteredError,
     RegistrationError,
@@ -38,6 +39,9 @@ from engine.runtime.registry import Registry, activity, default_registry, workfl
 from engine.runtime.retry import RetryPolicy
 from engine.runtime.tasks import Task
 
+#: The release, also the package version (``pyproject.toml`` reads it from here).
+__version__ = "0.1.0"
+
 __all__ = [
     "ActivityFailedError",
     "ApplicationError",
@@ -45,6 +49,7 @@ __all__ = [
     "ChildWorkflowFailedError",
     "FailureDetails",
     "InlineStepFailedError",
+    "InstanceFailedError",
     "NonDeterminismError",
     "NotRegisteredError",
     "RegistrationError",
@@ -57,6 +62,7 @@ __all__ = [
     "WorkflowFailure",
     "WorkflowRuntimeError",
     "WorkflowTimeoutError",
+    "__version__",
     "activity",
     "default_registry",
     "workflow",

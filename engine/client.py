@@ -3,9 +3,12 @@
     from engine.client import Client
 
     with Client(bootstrap_servers="127.0.0.1:9092") as client:
-        instance_id = client.start("orders.checkout", {"order": 42})
-        state = client.wait_for_completion(instance_id, timeout=30)
-        print(state.status, state.output)
+        handle = client.start(checkout, Order(id="o-1", amount=10))
+        handle.raise_event("approval", {"ok": True})
+        receipt = handle.result(timeout=30)   # a Receipt, by checkout's return annotation
+
+:meth:`Client.start` returns a :class:`WorkflowHandle`, which is the instance id (a ``str``)
+with methods for that instance. :class:`AsyncClient` offers the same from asyncio code.
 
 Any Kafka producer can do what :meth:`Client.start` does (produce an Avro ``StartWorkflow``
 to the commands topic); this class only makes it convenient. Reads come from the compacted
@@ -14,21 +17,37 @@ status topic, folded into memory by a background reader that starts with the cli
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from engine.adapters.kafka_client import KafkaCommandSink, KafkaStatusReader
 from engine.config.settings import Settings, load_settings
 from engine.config.topics import topic_names
+from engine.core.errors import InstanceFailedError, WaitTimeoutError
 from engine.core.history import RuntimeStatus
 from engine.core.messages import IdReusePolicy, InstanceStatus
+from engine.core.typed import convert, return_type
 from engine.runtime.registry import Registry
 from engine.services.client import InstanceState, StatusView, WorkflowClient
 
-__all__ = ["Client", "IdReusePolicy", "InstanceState", "RuntimeStatus"]
+__all__ = [
+    "AsyncClient",
+    "AsyncWorkflowHandle",
+    "Client",
+    "IdReusePolicy",
+    "InstanceState",
+    "RuntimeStatus",
+    "WorkflowHandle",
+]
+
+R = TypeVar("R")
+
+#: The reason recorded for the resume that ``retry`` sends.
+RETRY_REASON = "retry"
 
 
 def _state(status: InstanceStatus | None) -> InstanceState | None:
@@ -55,7 +74,10 @@ class Client:
         self.settings = settings
         self.topics = topic_names(settings.namespace)
         self._sink = KafkaCommandSink(
-            settings.bootstrap_servers, self.topics.commands, dict(settings.extra_kafka)
+            settings.bootstrap_servers,
+            self.topics.commands,
+            dict(settings.extra_kafka),
+            connect_timeout_s=settings.connect_timeout_s,
         )
         self._view = StatusView()
         self._reader: KafkaStatusReader | None = None
@@ -84,6 +106,7 @@ class Client:
                 self.topics.status,
                 self._view,
                 dict(self.settings.extra_kafka),
+                connect_timeout_s=self.settings.connect_timeout_s,
             ).start()
         return self._service
 
@@ -122,12 +145,15 @@ class Client:
         tags: dict[str, str] | None = None,
         version: str = "",
         flush: bool = True,
-    ) -> str:
-        """Start an instance of ``workflow`` (a name or a registered function); returns its id.
+    ) -> WorkflowHandle[Any]:
+        """Start an instance of ``workflow`` (a name or a registered function).
 
-        With ``flush=False`` the command is only queued: call :meth:`flush` after a batch.
+        Returns its :class:`WorkflowHandle` (the instance id, with methods); given the
+        function, the handle's :meth:`~WorkflowHandle.result` has its return type. ``input``
+        may be a JSON value, a dataclass or a pydantic model. With ``flush=False`` the
+        command is only queued: call :meth:`flush` after a batch.
         """
-        return self._service.start(
+        started = self._service.start(
             workflow,
             input,
             instance_id=instance_id,
@@ -138,6 +164,12 @@ class Client:
             version=version,
             flush=flush,
         )
+        result = None if isinstance(workflow, str) else return_type(workflow)
+        return WorkflowHandle(started, self, result)
+
+    def handle(self, instance_id: str, result_type: Any = None) -> WorkflowHandle[Any]:
+        """A handle on an existing instance; ``result_type`` converts its result."""
+        return WorkflowHandle(instance_id, self, result_type)
 
     def start_many(
         self, workflow: str | Callable[..., Any], inputs: Iterable[Any], **options: Any
@@ -163,6 +195,14 @@ class Client:
 
     def purge(self, instance_id: str) -> None:
         self._service.purge(instance_id)
+
+    def retry(self, instance_id: str) -> None:
+        """Run a parked instance (one whose workflow code raised unexpectedly) again now,
+        with the code deployed now, instead of at its next scheduled retry.
+
+        It is sent as a resume, which an instance that is not parked ignores unless it is
+        suspended (then it resumes)."""
+        self._service.resume(instance_id, RETRY_REASON)
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -193,3 +233,203 @@ class Client:
     def completion_future(self, instance_id: str) -> Future[InstanceStatus]:
         """A future of the instance's final status: many waits without a thread each."""
         return self._start_reader().completion_future(instance_id)
+
+
+class WorkflowHandle(str, Generic[R]):
+    """One instance: its id (this string itself) and what can be done with it.
+
+    Being the id, a handle can be printed, stored, compared and used as a dict key; it
+    works wherever an instance id does.
+    """
+
+    _client: Client
+    _result_type: Any
+
+    def __new__(
+        cls, instance_id: str, client: Client, result_type: Any = None
+    ) -> WorkflowHandle[R]:
+        handle = super().__new__(cls, instance_id)
+        handle._client = client
+        handle._result_type = result_type
+        return handle
+
+    @property
+    def instance_id(self) -> str:
+        return str(self)
+
+    @property
+    def result_type(self) -> Any:
+        """What :meth:`result` converts the output to (None: plain JSON)."""
+        return self._result_type
+
+    def result(self, timeout: float | None = None) -> R:
+        """Wait until the instance ends and return its result (converted to the workflow's
+        return type). Raises InstanceFailedError if it FAILED or was TERMINATED,
+        WaitTimeoutError after ``timeout`` seconds."""
+        value: R = _result_of(self._client.wait_for_completion(self, timeout), self._result_type)
+        return value
+
+    def status(self) -> InstanceState | None:
+        """The latest status, or None if the instance is not known (yet, or any more)."""
+        return self._client.get(self)
+
+    def raise_event(self, name: str, data: Any = None) -> None:
+        self._client.raise_event(self, name, data)
+
+    def terminate(self, reason: str = "", recursive: bool = False) -> None:
+        self._client.terminate(self, reason, recursive)
+
+    def suspend(self, reason: str = "") -> None:
+        self._client.suspend(self, reason)
+
+    def resume(self, reason: str = "") -> None:
+        self._client.resume(self, reason)
+
+    def retry(self) -> None:
+        """See :meth:`Client.retry`."""
+        self._client.retry(self)
+
+
+def _result_of(state: InstanceState, result_type: Any) -> Any:
+    if state.status is not RuntimeStatus.COMPLETED:
+        failure = state.failure
+        why = f": {failure.type}: {failure.message}" if failure is not None else ""
+        raise InstanceFailedError(
+            f"instance {state.instance_id!r} ended {state.status.value}{why}", failure
+        )
+    return convert(state.output, result_type)
+
+
+class AsyncClient:
+    """The client for asyncio code: the same operations, awaitable.
+
+    Commands and reads run on a worker thread (they may block on Kafka); waits are futures
+    resolved by the status reader, so a thousand concurrent waits cost no threads.
+
+        async with AsyncClient() as client:
+            handle = await client.start(checkout, order)
+            receipt = await handle.result(timeout=30)
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Takes the arguments of :class:`Client`; connecting happens on :meth:`connect`
+        (or ``async with``), off the event loop."""
+        self._args = args
+        self._kwargs = kwargs
+        self._client: Client | None = None
+
+    @property
+    def sync(self) -> Client:
+        """The underlying :class:`Client` (raises if not connected)."""
+        if self._client is None:
+            raise RuntimeError("AsyncClient is not connected: use 'async with' or connect()")
+        return self._client
+
+    async def connect(self) -> AsyncClient:
+        if self._client is None:
+            self._client = await asyncio.to_thread(Client, *self._args, **self._kwargs)
+        return self
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await asyncio.to_thread(client.close)
+
+    async def __aenter__(self) -> AsyncClient:
+        return await self.connect()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def start(
+        self, workflow: str | Callable[..., Any], input: Any = None, **options: Any
+    ) -> AsyncWorkflowHandle[Any]:
+        """As :meth:`Client.start`; returns an :class:`AsyncWorkflowHandle`."""
+        handle = await asyncio.to_thread(self.sync.start, workflow, input, **options)
+        return AsyncWorkflowHandle(handle, self, handle.result_type)
+
+    def handle(self, instance_id: str, result_type: Any = None) -> AsyncWorkflowHandle[Any]:
+        return AsyncWorkflowHandle(instance_id, self, result_type)
+
+    async def raise_event(self, instance_id: str, name: str, data: Any = None) -> None:
+        await asyncio.to_thread(self.sync.raise_event, instance_id, name, data)
+
+    async def terminate(self, instance_id: str, reason: str = "", recursive: bool = False) -> None:
+        await asyncio.to_thread(self.sync.terminate, instance_id, reason, recursive)
+
+    async def suspend(self, instance_id: str, reason: str = "") -> None:
+        await asyncio.to_thread(self.sync.suspend, instance_id, reason)
+
+    async def resume(self, instance_id: str, reason: str = "") -> None:
+        await asyncio.to_thread(self.sync.resume, instance_id, reason)
+
+    async def purge(self, instance_id: str) -> None:
+        await asyncio.to_thread(self.sync.purge, instance_id)
+
+    async def retry(self, instance_id: str) -> None:
+        await asyncio.to_thread(self.sync.retry, instance_id)
+
+    async def get(self, instance_id: str) -> InstanceState | None:
+        return await asyncio.to_thread(self.sync.get, instance_id)
+
+    async def list_instances(self, **filters: Any) -> list[InstanceState]:
+        return await asyncio.to_thread(self.sync.list_instances, **filters)
+
+    async def wait_for_completion(
+        self, instance_id: str, timeout: float | None = None
+    ) -> InstanceState:
+        """Wait until the instance ended; raises WaitTimeoutError after ``timeout``."""
+        future = await asyncio.to_thread(self.sync.completion_future, instance_id)
+        try:
+            status = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+        except TimeoutError:
+            future.cancel()
+            raise WaitTimeoutError(
+                f"instance {instance_id!r} did not complete within {timeout}s; check that a "
+                f"processor runs for this namespace"
+            ) from None
+        return InstanceState(status)
+
+
+class AsyncWorkflowHandle(str, Generic[R]):
+    """:class:`WorkflowHandle` for asyncio code: the instance id, with awaitable methods."""
+
+    _client: AsyncClient
+    _result_type: Any
+
+    def __new__(
+        cls, instance_id: str, client: AsyncClient, result_type: Any = None
+    ) -> AsyncWorkflowHandle[R]:
+        handle = super().__new__(cls, instance_id)
+        handle._client = client
+        handle._result_type = result_type
+        return handle
+
+    @property
+    def instance_id(self) -> str:
+        return str(self)
+
+    @property
+    def result_type(self) -> Any:
+        """What :meth:`result` converts the output to (None: plain JSON)."""
+        return self._result_type
+
+    async def result(self, timeout: float | None = None) -> R:
+        """As :meth:`WorkflowHandle.result`."""
+        state = await self._client.wait_for_completion(self, timeout)
+        value: R = _result_of(state, self._result_type)
+        return value
+
+    async def status(self) -> InstanceState | None:
+        return await self._client.get(self)
+
+    async def raise_event(self, name: str, data: Any = None) -> None:
+        await self._client.raise_event(self, name, data)
+
+    async def terminate(self, reason: str = "", recursive: bool = False) -> None:
+        await self._client.terminate(self, reason, recursive)

@@ -90,7 +90,7 @@ class BadInputError(ValueError):
     pass
 
 
-@workflow(name="t.raises")
+@workflow(name="t.raises", failure_types=(BadInputError,))
 async def raises(ctx: WorkflowContext, value: Any) -> None:
     raise BadInputError(f"cannot handle {value!r}")
 

@@ -20,6 +20,7 @@ from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
 from engine.adapters.kafka_config import admin_config
+from engine.adapters.kafka_logs import unreachable_message, watch_of
 from engine.config.settings import Settings
 from engine.config.topics import (
     ActualTopic,
@@ -30,7 +31,7 @@ from engine.config.topics import (
     desired_topics,
     diff_topics,
 )
-from engine.core.errors import BrokerError, TopicDriftError
+from engine.core.errors import BrokerError, BrokerUnreachableError, TopicDriftError
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -47,6 +48,44 @@ def admin_for(settings: Settings) -> Any:
     config = {**admin_config(settings.bootstrap_servers, client_id="turnstile-topics")}
     config.update(settings.extra_kafka)
     return AdminClient(config)
+
+
+def ensure_reachable(settings: Settings, timeout_s: float) -> None:
+    """Return once Kafka at the settings' address answers a metadata request; raise
+    BrokerUnreachableError after ``timeout_s`` saying why (refused, unresolvable host, not
+    a Kafka port, TLS/SASL) and what to do."""
+    config = {**admin_config(settings.bootstrap_servers, client_id="turnstile-connect")}
+    config.update(settings.extra_kafka)
+    watch = watch_of(config)
+    admin = AdminClient(config)
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except KafkaException:
+        admin.poll(0)  # error callbacks run from poll: collect what went wrong
+        detail = watch.last if watch is not None else None
+        raise BrokerUnreachableError(
+            unreachable_message(settings.bootstrap_servers, detail, timeout_s)
+        ) from None
+
+
+def ensure_topics(settings: Settings, spec: TopicsSpec, timeout_s: float) -> None:
+    """Refuse to run a processor on topics it cannot use: missing ones, or a partition count
+    other than the settings' (records would land on partitions no instance maps to)."""
+    diff = check(spec, settings, timeout=timeout_s)
+    if diff.missing:
+        names = ", ".join(t.name for t in diff.missing)
+        raise TopicDriftError(
+            f"the engine's topics do not exist yet ({names}); create them once with "
+            f"'turnstile topics apply --namespace {settings.namespace} --partitions "
+            f"{settings.partitions}'"
+        )
+    if diff.blocking:
+        raise TopicDriftError(
+            "the topics do not match the settings:\n"
+            + "\n".join(f"  {d.topic}: {d.detail}" for d in diff.blocking)
+            + "\nrun every process with the partition count the topics were created with "
+            "(--partitions or TURNSTILE_PARTITIONS)"
+        )
 
 
 def _broker_error(settings: Settings, action: str, exc: Exception) -> BrokerError:

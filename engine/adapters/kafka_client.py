@@ -27,7 +27,8 @@ from confluent_kafka import (
 
 from engine.adapters.kafka_config import consumer_config, producer_config
 from engine.adapters.kafka_io import log_end_offsets, poll_batch
-from engine.core.errors import BrokerError
+from engine.adapters.kafka_logs import unreachable_message, watch_of
+from engine.core.errors import BrokerError, BrokerUnreachableError
 from engine.services.client import StatusView
 
 __all__ = ["KafkaCommandSink", "KafkaStatusReader", "partition_count"]
@@ -39,18 +40,30 @@ _READ_BATCH = 1000
 
 
 def partition_count(
-    client: Producer | Consumer, topic: str, timeout_s: float = 10.0, *, missing_wait_s: float = 3.0
+    client: Producer | Consumer,
+    topic: str,
+    timeout_s: float = 10.0,
+    *,
+    missing_wait_s: float = 3.0,
+    config: dict[str, Any] | None = None,
 ) -> int:
     """How many partitions ``topic`` has; raises a BrokerError saying what to do if none.
 
     A topic created a moment ago may not be in every broker's metadata yet, so a missing
-    topic is asked for again for ``missing_wait_s`` before giving up.
+    topic is asked for again for ``missing_wait_s`` before giving up. ``config`` (the
+    client's) lets an unreachable broker be explained in the engine's words.
     """
     deadline = time.monotonic() + missing_wait_s
     while True:
         try:
             metadata = client.list_topics(topic, timeout=timeout_s)
         except KafkaException as exc:
+            watch = watch_of(config or {})
+            if watch is not None:
+                client.poll(0)  # error callbacks run from poll: collect what went wrong
+                raise BrokerUnreachableError(
+                    unreachable_message(watch.bootstrap_servers, watch.last, timeout_s)
+                ) from None
             raise BrokerError(
                 f"cannot read metadata of topic {topic!r}: {exc}; check bootstrap servers"
             ) from exc
@@ -69,7 +82,14 @@ def partition_count(
 class KafkaCommandSink:
     """Produces commands to one topic; ``flush`` reports any record that failed."""
 
-    def __init__(self, bootstrap_servers: str, topic: str, extra: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        extra: dict[str, Any] | None = None,
+        *,
+        connect_timeout_s: float = 10.0,
+    ):
         self.topic = topic
         config = producer_config(
             bootstrap_servers,
@@ -78,7 +98,7 @@ class KafkaCommandSink:
         )
         self._producer = Producer(config)
         try:
-            partition_count(self._producer, topic)
+            partition_count(self._producer, topic, connect_timeout_s, config=config)
         except BrokerError:
             self._producer.close()
             raise
@@ -132,6 +152,8 @@ class KafkaStatusReader:
         topic: str,
         view: StatusView,
         extra: dict[str, Any] | None = None,
+        *,
+        connect_timeout_s: float = 10.0,
     ) -> None:
         self.topic = topic
         self.view = view
@@ -148,7 +170,7 @@ class KafkaStatusReader:
         )
         self._consumer = Consumer(config)
         try:
-            partitions = partition_count(self._consumer, topic)
+            partitions = partition_count(self._consumer, topic, connect_timeout_s, config=config)
         except BrokerError:
             self._consumer.close()
             raise

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from engine.adapters.kafka_logs import logging_config
 from engine.core.errors import ConfigurationError
 from engine.core.keys import murmur2_partition
 
@@ -41,7 +42,10 @@ def bootstrap_servers_from_env(default: str | None = None) -> str:
 
 
 def _base(bootstrap_servers: str, client_id: str | None) -> KafkaConfig:
+    """Every client's common settings: where, who, and librdkafka's logs and errors routed
+    through Python logging (:mod:`engine.adapters.kafka_logs`) instead of raw stderr."""
     config: KafkaConfig = {"bootstrap.servers": bootstrap_servers}
+    config.update(logging_config(bootstrap_servers))
     if client_id:
         config["client.id"] = client_id
     return config

@@ -30,6 +30,7 @@ from engine.cli.audit_io import (
 from engine.cli.options import (
     add_module_arguments,
     add_settings_arguments,
+    connected_settings,
     require_registered,
     settings_from_args,
 )
@@ -71,7 +72,7 @@ def _group(subparsers: SubParsers, name: str, help: str, description: str) -> Su
 def _common(parser: argparse.ArgumentParser) -> None:
     add_settings_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--verbose", action="store_true", help="list what is fine too")
+    parser.add_argument("--list-ok", action="store_true", help="list what is fine too")
     parser.add_argument(
         "--quiet", action="store_true", help="no progress lines on stderr during long reads"
     )
@@ -157,7 +158,7 @@ def _registry(args: argparse.Namespace, settings: Settings) -> Registry:
 
 
 def _replay_check(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
+    settings = settings_from_args(args) if args.files else connected_settings(args)
     checker = ReplayChecker(_registry(args, settings), skip_unregistered=args.skip_unregistered)
     wanted = EventFilter(set(args.instances) or None)
     started = time.perf_counter()
@@ -190,7 +191,7 @@ def _print_replay(args: argparse.Namespace, report: ReplayReport, elapsed_s: flo
         print(json.dumps({**report.to_json(), **rates}, indent=2))
         return
     for result in report.results:
-        if result.outcome in (DIVERGED, ERROR) or args.verbose:
+        if result.outcome in (DIVERGED, ERROR) or args.list_ok:
             print(result.line())
     verdict = (
         "all decisions match"
@@ -305,7 +306,7 @@ def _load_files(settings: Settings, sources: _StateSources, wanted: list[int]) -
 
 
 def _audit_state(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args, replica_id=args.replica_id, state_dir=args.state_dir)
+    settings = connected_settings(args, replica_id=args.replica_id, state_dir=args.state_dir)
     topics = topic_names(settings.namespace)
     with TopicReader(settings) as reader:
         sources = _StateSources(reader, topics, Progress(not args.quiet))
@@ -331,7 +332,7 @@ def _print_audit(
         return
     for difference in report.differences:
         print(f"DIFF  {difference.line()}")
-    if args.verbose:
+    if args.list_ok:
         for instance_id in report.purged:
             print(f"purged       {instance_id}: history only (purged after it ended)")
         for instance_id in report.not_started:

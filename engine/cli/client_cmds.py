@@ -1,5 +1,5 @@
-"""Client commands: ``start``, ``raise``, ``terminate``, ``suspend``, ``resume``, ``purge``,
-``status`` and ``wait`` - the Python client from a shell.
+"""Client commands: ``start``, ``raise``, ``terminate``, ``suspend``, ``resume``, ``retry``,
+``purge``, ``status`` and ``wait`` - the Python client from a shell.
 
 Exit codes of ``wait`` and ``start --wait``: 0 when the instance COMPLETED, 1 when it FAILED
 or was TERMINATED, 124 when the wait timed out (like ``timeout(1)``).
@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from engine.cli import SubParsers
-from engine.cli.options import add_settings_arguments, settings_from_args
+from engine.cli.options import add_settings_arguments, connected_settings
 from engine.client import Client, InstanceState
 from engine.core.errors import InstanceNotFoundError, WaitTimeoutError
 from engine.core.history import RuntimeStatus
@@ -74,9 +75,29 @@ def _command(
     return parser
 
 
+def _not_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return value
+
+
 def _add_wait_flags(parser: argparse.ArgumentParser, timeout: float) -> None:
     parser.add_argument(
-        "--timeout", type=float, default=timeout, help=f"seconds to wait ({timeout:g})"
+        "--timeout", type=_not_negative, default=timeout, help=f"seconds to wait ({timeout:g})"
     )
     parser.add_argument("--json", action="store_true", help="print the status as JSON")
 
@@ -106,7 +127,9 @@ def _register_start(subparsers: SubParsers) -> None:
 
 
 def _start(args: argparse.Namespace) -> int:
-    with Client.from_settings(settings_from_args(args), read_status=args.wait) as client:
+    deadline = time.monotonic() + args.timeout
+    settings = connected_settings(args, within_s=args.timeout if args.wait else None)
+    with Client.from_settings(settings, read_status=args.wait) as client:
         instance_id = client.start(
             args.workflow,
             args.input,
@@ -121,7 +144,7 @@ def _start(args: argparse.Namespace) -> int:
             return 0
         if not args.json:
             print(instance_id, flush=True)
-        return _await(client, instance_id, args)
+        return _await(client, instance_id, args, deadline)
 
 
 # --- raise, terminate, suspend, resume, purge ---------------------------------------------
@@ -135,7 +158,7 @@ def _register_raise(subparsers: SubParsers) -> None:
 
 
 def _raise(args: argparse.Namespace) -> int:
-    with Client.from_settings(settings_from_args(args), read_status=False) as client:
+    with Client.from_settings(connected_settings(args), read_status=False) as client:
         client.raise_event(args.instance_id, args.event, args.data)
     return 0
 
@@ -157,16 +180,23 @@ def _register_simple(subparsers: SubParsers) -> None:
         parser.set_defaults(operation=name)
     purge = _command(subparsers, "purge", "delete a completed instance's state", _purge)
     purge.add_argument("instance_id", metavar="INSTANCE", help="instance id")
+    retry = _command(
+        subparsers,
+        "retry",
+        "run a parked instance (its workflow code raised) again now, with the deployed code",
+        _retry,
+    )
+    retry.add_argument("instance_id", metavar="INSTANCE", help="instance id")
 
 
 def _terminate(args: argparse.Namespace) -> int:
-    with Client.from_settings(settings_from_args(args), read_status=False) as client:
+    with Client.from_settings(connected_settings(args), read_status=False) as client:
         client.terminate(args.instance_id, args.reason, args.recursive)
     return 0
 
 
 def _suspend_or_resume(args: argparse.Namespace) -> int:
-    with Client.from_settings(settings_from_args(args), read_status=False) as client:
+    with Client.from_settings(connected_settings(args), read_status=False) as client:
         if args.operation == "suspend":
             client.suspend(args.instance_id, args.reason)
         else:
@@ -174,8 +204,14 @@ def _suspend_or_resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _retry(args: argparse.Namespace) -> int:
+    with Client.from_settings(connected_settings(args), read_status=False) as client:
+        client.retry(args.instance_id)
+    return 0
+
+
 def _purge(args: argparse.Namespace) -> int:
-    with Client.from_settings(settings_from_args(args), read_status=False) as client:
+    with Client.from_settings(connected_settings(args), read_status=False) as client:
         client.purge(args.instance_id)
     return 0
 
@@ -190,7 +226,7 @@ def _register_status(subparsers: SubParsers) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    with Client.from_settings(settings_from_args(args)) as client:
+    with Client.from_settings(connected_settings(args)) as client:
         state = client.get(args.instance_id)
     if state is None:
         raise InstanceNotFoundError(
@@ -212,13 +248,13 @@ def _register_list(subparsers: SubParsers) -> None:
     )
     parser.add_argument("--name", help="only instances of this workflow")
     parser.add_argument("--since", type=_when, help="only instances created at or after (ISO)")
-    parser.add_argument("--limit", type=int, default=100, help="show at most this many (100)")
+    parser.add_argument("--limit", type=_count, default=100, help="show at most this many (100)")
     parser.add_argument("--json", action="store_true", help="print the instances as JSON")
 
 
 def _list(args: argparse.Namespace) -> int:
     statuses = [RuntimeStatus(s) for s in args.status] if args.status else None
-    with Client.from_settings(settings_from_args(args)) as client:
+    with Client.from_settings(connected_settings(args)) as client:
         found = client.list_instances(status=statuses, name=args.name, created_after=args.since)
     found.sort(key=lambda state: state.created, reverse=True)
     shown = found[: max(args.limit, 0)]
@@ -240,13 +276,17 @@ def _register_wait(subparsers: SubParsers) -> None:
 
 
 def _wait(args: argparse.Namespace) -> int:
-    with Client.from_settings(settings_from_args(args)) as client:
-        return _await(client, args.instance_id, args)
+    deadline = time.monotonic() + args.timeout
+    settings = connected_settings(args, within_s=args.timeout)
+    with Client.from_settings(settings, timeout=args.timeout) as client:
+        return _await(client, args.instance_id, args, deadline)
 
 
-def _await(client: Client, instance_id: str, args: argparse.Namespace) -> int:
+def _await(client: Client, instance_id: str, args: argparse.Namespace, deadline: float) -> int:
+    """Wait until ``deadline`` (``--timeout`` counts from the command's start, connecting and
+    catching up with the status topic included)."""
     try:
-        state = client.wait_for_completion(instance_id, args.timeout)
+        state = client.wait_for_completion(instance_id, max(0.0, deadline - time.monotonic()))
     except WaitTimeoutError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_TIMEOUT

@@ -92,7 +92,7 @@ def _engine(settings: Settings) -> Iterator[None]:
 
 def _run(args: argparse.Namespace) -> int:
     import engine.examples.orders  # noqa: F401 - registers the order workflows
-    from engine.adapters.kafka_admin import apply
+    from engine.adapters.kafka_admin import apply, ensure_reachable
     from engine.config.topics import load_spec
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -100,6 +100,7 @@ def _run(args: argparse.Namespace) -> int:
         settings = load_settings(
             bootstrap_servers=bootstrap, namespace="demo", partitions=8, state_dir=state
         )
+        ensure_reachable(settings, settings.connect_timeout_s)
         _say(f"Kafka at {bootstrap}; creating the demo topics (namespace 'demo')")
         apply(load_spec(), settings)
         with _engine(settings):

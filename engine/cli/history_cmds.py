@@ -24,7 +24,7 @@ from engine.cli.audit_io import (
     instance_partitions,
     iso_time_ms,
 )
-from engine.cli.options import add_settings_arguments, settings_from_args
+from engine.cli.options import add_settings_arguments, connected_settings
 from engine.codec import write_history_file
 from engine.config.topics import topic_names
 from engine.core.errors import ConfigurationError, InstanceNotFoundError
@@ -79,7 +79,7 @@ def _register_show(commands: SubParsers) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
+    settings = connected_settings(args)
     topic = topic_names(settings.namespace).history
     with TopicReader(settings) as reader:
         partition = reader.partition_of(topic, args.instance)
@@ -157,6 +157,11 @@ def _write_atomically(path: Path, events: Iterable[HistoryEvent], codec: str) ->
         with partial.open("wb") as fo:
             written = write_history_file(fo, events, codec=codec)
         os.replace(partial, path)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot write {path}: {exc.strerror or exc}; check --output (its folder must "
+            f"exist and be writable)"
+        ) from exc
     finally:
         partial.unlink(missing_ok=True)
     return written
@@ -165,7 +170,7 @@ def _write_atomically(path: Path, events: Iterable[HistoryEvent], codec: str) ->
 def _export(args: argparse.Namespace) -> int:
     if args.since is not None and args.until is not None and args.since >= args.until:
         raise ConfigurationError("--since must be before --until")
-    settings = settings_from_args(args)
+    settings = connected_settings(args)
     topic = topic_names(settings.namespace).history
     wanted = EventFilter(set(args.instances) or None, args.since, args.until)
     with TopicReader(settings) as reader:
@@ -216,7 +221,7 @@ def _register_verify(commands: SubParsers) -> None:
         action="store_true",
         help="accept chains that start after sequence 0 (exports of a time range)",
     )
-    verify.add_argument("--verbose", action="store_true", help="list intact chains too")
+    verify.add_argument("--list-ok", action="store_true", help="list intact chains too")
     verify.add_argument("--json", action="store_true", help="print the results as JSON")
     verify.set_defaults(handler=_verify)
 
@@ -238,7 +243,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _verify_topic(args: argparse.Namespace, wanted: EventFilter) -> list[ChainResult]:
-    settings = settings_from_args(args)
+    settings = connected_settings(args)
     topic = topic_names(settings.namespace).history
     verifier = ChainVerifier(partial=args.partial)
     with TopicReader(settings) as reader:
@@ -270,7 +275,7 @@ def _print_verdicts(
         if result.broken is not None:
             b = result.broken
             print(f"BROKEN  {b.instance_id}: #{b.sequence} {b.kind}: {b.detail}")
-        elif args.verbose or args.instances:
+        elif args.list_ok or args.instances:
             print(
                 f"ok      {result.instance_id}: {result.events} events "
                 f"(#{result.first_sequence}..#{result.last_sequence}), "

@@ -3,6 +3,11 @@
 Commands live in small modules, each exposing ``register(subparsers)``; adding a command is
 adding its module to :data:`COMMAND_MODULES`. Handlers are attached with
 ``set_defaults(handler=...)`` and return a process exit code.
+
+Exit codes shared by every command: 0 success, 1 an engine error (the message says what to
+do), 2 bad usage, 69 Kafka unreachable within the connect timeout, 130 interrupted. ``wait``
+and ``start --wait`` add 124 (timed out); ``dev kafka status`` uses 3 for "not running";
+``history verify``, ``replay check`` and ``audit state`` use 1 for "problems found".
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from engine import __version__
 from engine.cli import (
     SubParsers,
     audit_cmds,
@@ -23,9 +29,13 @@ from engine.cli import (
     topics,
     worker_cmd,
 )
-from engine.core.errors import TurnstileError
+from engine.core.errors import BrokerUnreachableError, TurnstileError
 
 CommandHandler = Callable[[argparse.Namespace], int]
+
+EXIT_ERROR = 1
+EXIT_UNREACHABLE = 69  # EX_UNAVAILABLE of sysexits(3)
+EXIT_INTERRUPTED = 130
 
 
 class CommandModule(Protocol):
@@ -53,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="turnstile",
         description="Turnstile: a durable workflow engine for Python, event-sourced on Kafka.",
     )
+    parser.add_argument("--version", action="version", version=f"turnstile {__version__}")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also show the Kafka client's own warnings (librdkafka)",
+    )
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.register(subparsers)
@@ -67,6 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.verbose:
+        from engine.adapters.kafka_logs import show_librdkafka_logs
+
+        show_librdkafka_logs()
     handler: CommandHandler | None = getattr(args, "handler", None)
     if handler is None:
         # A command group without a sub-command: show what it offers.
@@ -75,12 +96,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return handler(args)
+    except BrokerUnreachableError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_UNREACHABLE
     except TurnstileError as error:
         print(f"error: {error}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # the reader went away (``turnstile history show X | head``): not an error
         sys.stderr.close()

@@ -7,18 +7,41 @@ a flag left out falls back to the environment or the config file.
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Sequence
 from typing import Any
 
-from engine.config.settings import Settings, load_settings
+from engine.config.settings import Settings, load_settings, parse_kafka_pair
 from engine.core.errors import ConfigurationError
 
 __all__ = [
+    "add_log_level_argument",
     "add_module_arguments",
     "add_settings_arguments",
+    "configure_logging",
+    "connected_settings",
     "require_registered",
     "settings_from_args",
 ]
+
+
+def _kafka_pair(text: str) -> tuple[str, str]:
+    try:
+        return parse_kafka_pair(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{exc}, e.g. --kafka security.protocol=SASL_SSL"
+        ) from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text!r}")
+    return value
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,15 +61,76 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
         help="prefix of the engine's topics and groups (default: $TURNSTILE_NAMESPACE or "
         "turnstile)",
     )
+    group.add_argument(
+        "--kafka",
+        type=_kafka_pair,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a librdkafka setting for every Kafka client, e.g. security.protocol=SASL_SSL "
+        "(repeatable; wins over [kafka] in the config file and $TURNSTILE_EXTRA_KAFKA)",
+    )
+    group.add_argument(
+        "--connect-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="give up when Kafka does not answer within this long (default: "
+        "$TURNSTILE_CONNECT_TIMEOUT_MS / 1000 or 5)",
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="also show the Kafka client's own warnings (librdkafka)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:
     """The settings for this invocation (flags win over environment and config file)."""
+    timeout = getattr(args, "connect_timeout", None)
     return load_settings(
         getattr(args, "config", None),
+        kafka=dict(getattr(args, "kafka", None) or ()),
         bootstrap_servers=getattr(args, "bootstrap_servers", None),
         namespace=getattr(args, "namespace", None),
+        connect_timeout_ms=None if timeout is None else max(1, round(timeout * 1000)),
         **overrides,
+    )
+
+
+def connected_settings(
+    args: argparse.Namespace, *, within_s: float | None = None, **overrides: Any
+) -> Settings:
+    """The settings, once Kafka has answered at their address: a command against a broker
+    that is down fails here, within the connect timeout (or ``within_s`` if shorter), with
+    one message saying why and what to do."""
+    from engine.adapters.kafka_admin import ensure_reachable
+
+    settings = settings_from_args(args, **overrides)
+    timeout = settings.connect_timeout_s
+    ensure_reachable(settings, timeout if within_s is None else min(timeout, within_s))
+    return settings
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def add_log_level_argument(parser: argparse.ArgumentParser) -> None:
+    """``--log-level``: the engine's own log lines (librdkafka's need ``--verbose``)."""
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="INFO",
+        help="logging level of the engine's messages (INFO)",
+    )
+
+
+def configure_logging(args: argparse.Namespace) -> None:
+    """Log lines with a time stamp at ``--log-level`` on stderr."""
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
 
 

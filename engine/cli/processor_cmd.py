@@ -9,20 +9,26 @@ from __future__ import annotations
 import argparse
 import logging
 import threading
+from typing import Any
 
+from engine.adapters import kafka_admin
 from engine.adapters.kafka_processor import ProcessorRunner
 from engine.adapters.kafka_worker import KafkaWorker
 from engine.cli import SubParsers
 from engine.cli.options import (
+    add_log_level_argument,
     add_module_arguments,
     add_settings_arguments,
+    configure_logging,
+    connected_settings,
     require_registered,
-    settings_from_args,
 )
 from engine.cli.run_group import run_subparsers
 from engine.cli.worker_cmd import STOP_GRACE_S, import_modules, stop_on_signals
 from engine.config.settings import Settings
+from engine.config.topics import load_spec
 from engine.runtime.registry import default_registry
+from engine.services.contracts import check_contracts
 
 __all__ = ["register"]
 
@@ -58,14 +64,15 @@ def _add_processor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replica-id", help="stable, unique id of this replica (processor-0)")
     parser.add_argument("--state-dir", help="folder for the RocksDB tables")
     parser.add_argument("--partitions", type=int, help="partition count of the topics (32)")
-    parser.add_argument("--log-level", default="INFO", help="logging level (INFO)")
+    add_log_level_argument(parser)
 
 
-def _settings(args: argparse.Namespace, **extra: object) -> Settings:
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    settings = settings_from_args(
+def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
+    """Settings checked before anything runs: the user's workflows import, the contracts
+    load, and Kafka answers (each failure stops the process with its reason)."""
+    configure_logging(args)
+    log.info("contracts: %s", check_contracts())
+    settings = connected_settings(
         args,
         replica_id=args.replica_id,
         state_dir=args.state_dir,
@@ -74,6 +81,7 @@ def _settings(args: argparse.Namespace, **extra: object) -> Settings:
     )
     import_modules([*settings.modules, *args.modules])
     require_registered(default_registry.workflows(), "workflows")
+    kafka_admin.ensure_topics(settings, load_spec(), settings.connect_timeout_s)
     return settings
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.adapters import kafka_admin
 from engine.cli import SubParsers
-from engine.cli.options import add_settings_arguments, settings_from_args
+from engine.cli.options import add_settings_arguments, connected_settings
 from engine.config.settings import Settings
 from engine.config.topics import Drift, TopicDiff, TopicsSpec, load_spec
 
@@ -68,7 +68,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help="replication factor (default: $TURNSTILE_REPLICATION_FACTOR or 1)",
     )
     group.add_argument(
-        "--spec", metavar="FILE", help="topics spec (default: the repository's topics/topics.toml)"
+        "--spec", metavar="FILE", help="topics spec (default: the installed topics.toml)"
     )
     group.add_argument("--json", action="store_true", help="print one JSON object")
     group.add_argument(
@@ -77,10 +77,14 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def _inputs(args: argparse.Namespace) -> tuple[TopicsSpec, Settings]:
-    settings = settings_from_args(
-        args, partitions=args.partitions, replication_factor=args.replication_factor
+    spec = load_spec(args.spec)
+    settings = connected_settings(
+        args,
+        within_s=args.timeout,
+        partitions=args.partitions,
+        replication_factor=args.replication_factor,
     )
-    return load_spec(args.spec), settings
+    return spec, settings
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -22,14 +22,17 @@ from engine.adapters.kafka_deadline import end_process_stuck
 from engine.adapters.kafka_worker import KafkaWorker
 from engine.cli import SubParsers
 from engine.cli.options import (
+    add_log_level_argument,
     add_module_arguments,
     add_settings_arguments,
+    configure_logging,
+    connected_settings,
     require_registered,
-    settings_from_args,
 )
 from engine.cli.run_group import run_subparsers
 from engine.core.errors import ConfigurationError
 from engine.runtime.registry import default_registry
+from engine.services.contracts import check_contracts
 
 __all__ = ["STOP_GRACE_S", "import_modules", "register", "stop_on_signals"]
 
@@ -61,7 +64,7 @@ def register(subparsers: SubParsers) -> None:
         default=30.0,
         help="seconds to let running activities finish when stopping (30)",
     )
-    worker.add_argument("--log-level", default="INFO", help="logging level (INFO)")
+    add_log_level_argument(worker)
     worker.set_defaults(handler=_run_worker)
 
 
@@ -111,10 +114,9 @@ def stop_on_signals(stop: threading.Event, grace_s: float = STOP_GRACE_S) -> Ite
 
 
 def _run_worker(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    settings = settings_from_args(
+    configure_logging(args)
+    log.info("contracts: %s", check_contracts())
+    settings = connected_settings(
         args, worker_concurrency=args.concurrency, worker_id=args.worker_id
     )
     import_modules([*settings.modules, *args.modules])

@@ -19,6 +19,7 @@ from typing import Any
 from fastavro import parse_schema
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
+from engine.codec.contracts import SCHEMAS, contract_dir
 from engine.core.errors import CodecError
 
 MARKER = b"\xc3\x01"
@@ -43,11 +44,12 @@ ALL_SCHEMAS = (HISTORY, *MESSAGE_SCHEMAS, *STATE_SCHEMAS)
 
 
 def schema_dir() -> Path:
-    """``schemas/`` next to the ``engine`` package, unless ``TURNSTILE_SCHEMA_DIR`` says where."""
+    """The installed schemas (see :mod:`engine.codec.contracts`), unless
+    ``TURNSTILE_SCHEMA_DIR`` says where."""
     override = os.environ.get(SCHEMA_DIR_ENV)
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[2] / "schemas"
+    return contract_dir(SCHEMAS)
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,8 @@ def load_schema_file(path: Path, version: str) -> WriterSchema:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CodecError(
-            f"Avro schema {path} is missing; the engine needs the schemas/ folder of its "
-            f"source tree (or set {SCHEMA_DIR_ENV})"
+            f"Avro schema {path} is missing; reinstall the engine, or point "
+            f"{SCHEMA_DIR_ENV} at a folder with every schema"
         ) from None
     except ValueError as exc:
         raise CodecError(f"Avro schema {path} is not valid JSON: {exc}") from exc

@@ -2,13 +2,19 @@
 flags (later sources win).
 
 One dataclass for all processes keeps names consistent: the same ``namespace`` picks the
-same topics whether a processor, a worker or a client reads it.
+same topics whether a processor, a worker or a client reads it. Every source is checked the
+same way: an unknown key (a TOML typo, a ``TURNSTILE_*`` variable that names nothing) is an
+error with a suggestion, and every value is validated before a process uses it, because a
+typo that is silently ignored runs the engine with a setting nobody chose.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -16,6 +22,17 @@ from typing import Any
 from engine.core.errors import ConfigurationError
 
 ENV_PREFIX = "TURNSTILE_"
+
+#: ``TURNSTILE_*`` variables that are not settings but are read elsewhere: the config file,
+#: the schema folder override, the local broker's folders, and development tools.
+OTHER_ENV = {
+    "TURNSTILE_CONFIG": "the TOML settings file",
+    "TURNSTILE_SCHEMA_DIR": "a folder of Avro schemas to use instead of the installed ones",
+    "TURNSTILE_KAFKA_DIR": "data folder of the local development broker",
+    "TURNSTILE_CACHE_DIR": "cache of the local development broker's jars",
+    "TURNSTILE_UPDATE_GOLDEN": "tests: rewrite golden files",
+    "TURNSTILE_PEERS_TMP": "benchmarks: scratch folder of the peer systems",
+}
 
 
 @dataclass(frozen=True)
@@ -40,7 +57,14 @@ class Settings:
     worker_concurrency: int = 16
     worker_id: str = "worker-0"
     modules: tuple[str, ...] = ()
+    #: librdkafka settings added to every Kafka client (security, tuning): ``[kafka]`` in
+    #: the TOML file, ``--kafka KEY=VALUE`` flags, or ``TURNSTILE_EXTRA_KAFKA``.
     extra_kafka: dict[str, str] = field(default_factory=dict)
+    #: How long a command waits for Kafka to answer before it gives up.
+    connect_timeout_ms: int = 5000
+    #: An exception the workflow code did not mean (a bug, an unregistered workflow) parks
+    #: the instance until fixed code runs it, instead of failing it for good.
+    park_workflow_errors: bool = True
 
     @property
     def processor_group(self) -> str:
@@ -50,29 +74,47 @@ class Settings:
     def worker_group(self) -> str:
         return f"{self.namespace}.worker"
 
+    @property
+    def connect_timeout_s(self) -> float:
+        return self.connect_timeout_ms / 1000
 
+
+#: Other names accepted for a setting: an environment variable and the TOML table name.
 _ENV_ALIASES = {"ENGINE_BOOTSTRAP_SERVERS": "bootstrap_servers"}
+_TOML_ALIASES = {"kafka": "extra_kafka"}
+
+
+def env_name(setting: str) -> str:
+    """The environment variable of a setting (``partitions`` -> ``TURNSTILE_PARTITIONS``)."""
+    return ENV_PREFIX + setting.upper()
 
 
 def load_settings(
     config_file: str | os.PathLike[str] | None = None,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    kafka: Mapping[str, str] | None = None,
     **overrides: Any,
 ) -> Settings:
     """Build settings: defaults < TOML file < environment < explicit overrides (flags).
 
-    The TOML file may hold the keys at top level or under ``[turnstile]``. Environment
-    variables are ``TURNSTILE_<FIELD>`` in upper case (``ENGINE_BOOTSTRAP_SERVERS`` is also
-    honoured for the bootstrap servers).
+    The TOML file may hold the keys at top level or under ``[turnstile]``, and Kafka client
+    settings in a ``[kafka]`` table. Environment variables are ``TURNSTILE_<SETTING>``
+    (``ENGINE_BOOTSTRAP_SERVERS`` is also honoured for the bootstrap servers). ``kafka``
+    holds librdkafka settings given as flags; they win over the file and the environment.
     """
-    env = dict(os.environ) if env is None else env
+    env = dict(os.environ) if env is None else dict(env)
     values: dict[str, Any] = {}
     path = config_file or env.get(ENV_PREFIX + "CONFIG")
     if path:
         values.update(_from_toml(Path(path)))
     values.update(_from_env(env))
     values.update({k: v for k, v in overrides.items() if v is not None})
-    return _coerce(replace(Settings()), values)
+    settings = _coerce(Settings(), values)
+    if kafka:
+        settings = replace(settings, extra_kafka={**settings.extra_kafka, **dict(kafka)})
+    _validate(settings)
+    return settings
 
 
 def _from_toml(path: Path) -> dict[str, Any]:
@@ -86,27 +128,42 @@ def _from_toml(path: Path) -> dict[str, Any]:
     section = data.get("turnstile", data)
     if not isinstance(section, dict):
         raise ConfigurationError(f"config file {path}: [turnstile] must be a table")
-    return dict(section)
+    values: dict[str, Any] = {str(_TOML_ALIASES.get(k, k)): v for k, v in section.items()}
+    if "turnstile" in data and isinstance(data.get("kafka"), dict):
+        values["extra_kafka"] = {**data["kafka"], **values.get("extra_kafka", {})}
+    return values
 
 
-def _from_env(env: dict[str, str]) -> dict[str, Any]:
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for alias, name in _ENV_ALIASES.items():
         if alias in env:
             out[name] = env[alias]
-    for f in fields(Settings):
-        key = ENV_PREFIX + f.name.upper()
-        if key in env:
-            out[f.name] = env[key]
+    known = {env_name(f.name): f.name for f in fields(Settings)}
+    for key, value in env.items():
+        if not key.startswith(ENV_PREFIX) or key in OTHER_ENV:
+            continue
+        if key not in known:
+            raise ConfigurationError(
+                f"unknown environment variable {key}{_did_you_mean(key, [*known, *OTHER_ENV])}; "
+                f"unset it or fix its name (README: settings)"
+            )
+        out[known[key]] = value
     return out
+
+
+def _did_you_mean(name: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _coerce(base: Settings, values: dict[str, Any]) -> Settings:
     known = {f.name: f for f in fields(Settings)}
     unknown = sorted(set(values) - set(known))
     if unknown:
+        hints = "".join(_did_you_mean(name, list(known)) for name in unknown)
         raise ConfigurationError(
-            f"unknown setting(s) {', '.join(unknown)}; known settings are "
+            f"unknown setting(s) {', '.join(unknown)}{hints}; known settings are "
             f"{', '.join(sorted(known))}"
         )
     converted: dict[str, Any] = {}
@@ -119,18 +176,127 @@ def _coerce(base: Settings, values: dict[str, Any]) -> Settings:
 def _convert(name: str, raw: Any, current: Any) -> Any:
     try:
         if isinstance(current, bool):
-            return raw if isinstance(raw, bool) else str(raw).lower() in {"1", "true", "yes"}
+            return raw if isinstance(raw, bool) else _parse_bool(str(raw))
         if isinstance(current, int):
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError("expected a whole number")
             return int(raw)
         if isinstance(current, tuple):
             if isinstance(raw, str):
                 return tuple(p.strip() for p in raw.split(",") if p.strip())
-            return tuple(raw)
+            return tuple(str(p) for p in raw)
         if isinstance(current, dict):
-            if isinstance(raw, str):
-                pairs = (p.split("=", 1) for p in raw.split(",") if "=" in p)
-                return {k.strip(): v.strip() for k, v in pairs}
-            return {str(k): str(v) for k, v in dict(raw).items()}
+            return parse_kafka_settings(raw) if isinstance(raw, str) else _str_dict(raw)
         return str(raw)
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"setting {name}={raw!r} is not valid: {exc}") from exc
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError("expected true or false")
+
+
+def _str_dict(raw: Any) -> dict[str, str]:
+    if not isinstance(raw, Mapping):
+        raise ValueError("expected a table of KEY = VALUE")
+    return {str(k): _kafka_value(v) for k, v in raw.items()}
+
+
+def _kafka_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def parse_kafka_settings(text: str) -> dict[str, str]:
+    """librdkafka settings from one string: a JSON object, or ``KEY=VALUE`` lines.
+
+    Values may contain commas and ``=`` (passwords do): a line is split at its first ``=``
+    only, and lines are separated by newlines, never by commas.
+    """
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        return _str_dict(json.loads(stripped))
+    out: dict[str, str] = {}
+    for line in stripped.splitlines():
+        if line.strip():
+            key, value = parse_kafka_pair(line)
+            out[key] = value
+    return out
+
+
+def parse_kafka_pair(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` -> ``(KEY, VALUE)``, split at the first ``=``."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"expected KEY=VALUE (a librdkafka setting), got {text!r}")
+    return key.strip(), value.strip()
+
+
+# --- validation -----------------------------------------------------------------------------
+
+
+def _positive(name: str, value: int) -> str | None:
+    return None if value >= 1 else f"{name} must be at least 1, got {value}"
+
+
+def _not_negative(name: str, value: int) -> str | None:
+    return None if value >= 0 else f"{name} must not be negative, got {value}"
+
+
+def _not_empty(name: str, value: str) -> str | None:
+    return None if value.strip() else f"{name} must not be empty"
+
+
+_CHECKS: dict[str, Callable[[str, Any], str | None]] = {
+    "bootstrap_servers": lambda _name, value: bootstrap_servers_problem(value),
+    "namespace": _not_empty,
+    "partitions": _positive,
+    "replication_factor": _positive,
+    "state_dir": _not_empty,
+    "replica_id": _not_empty,
+    "max_batch": _positive,
+    "max_batch_ms": _not_negative,
+    "pending_events_max": _not_negative,
+    "pending_events_ttl_ms": _not_negative,
+    "cache_instances": _positive,
+    "worker_concurrency": _positive,
+    "worker_id": _not_empty,
+    "connect_timeout_ms": _positive,
+}
+
+
+def _validate(settings: Settings) -> None:
+    for name, check in _CHECKS.items():
+        problem = check(name, getattr(settings, name))
+        if problem:
+            raise ConfigurationError(
+                f"{problem} (setting {name}: --{name.replace('_', '-')} or {env_name(name)})"
+            )
+
+
+def bootstrap_servers_problem(value: str) -> str | None:
+    """What is wrong with a ``bootstrap.servers`` list, or None.
+
+    Kafka addresses are ``host:port`` (comma-separated); a URL such as ``http://...`` is a
+    common mistake that librdkafka would only report as an endless connection failure.
+    """
+    entries = [e.strip() for e in value.split(",")]
+    if not value.strip() or not all(entries):
+        return f"bootstrap_servers {value!r} must be HOST:PORT[,HOST:PORT...]"
+    for entry in entries:
+        scheme, sep, address = entry.rpartition("://")
+        if sep and scheme.lower() in {"http", "https"}:
+            return (
+                f"bootstrap server {entry!r} is a web URL; Kafka speaks its own protocol, "
+                f"give HOST:PORT (for example {address.split('/')[0] or '127.0.0.1:9092'})"
+            )
+        host, colon, port = (address if sep else entry).rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            return f"bootstrap server {entry!r} must be HOST:PORT with a port from 1 to 65535"
+    return None

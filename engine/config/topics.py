@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from engine.codec.contracts import TOPICS, contract_dir
 from engine.config.settings import Settings
 from engine.core.errors import ConfigurationError
 
@@ -91,12 +92,12 @@ class TopicsSpec:
 
 
 def default_spec_path() -> Path:
-    """``topics/topics.toml`` of the repository the ``engine`` package lives in."""
-    return Path(__file__).resolve().parents[2] / "topics" / "topics.toml"
+    """The installed ``topics.toml`` (see :mod:`engine.codec.contracts`)."""
+    return contract_dir(TOPICS) / "topics.toml"
 
 
 def load_spec(path: str | Path | None = None) -> TopicsSpec:
-    """Read and validate a topics spec (default: the repository's ``topics/topics.toml``)."""
+    """Read and validate a topics spec (default: the installed ``topics.toml``)."""
     source = Path(path) if path is not None else default_spec_path()
     try:
         with source.open("rb") as fh:

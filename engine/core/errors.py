@@ -82,6 +82,10 @@ class WorkflowTimeoutError(WorkflowFailure):
     """A wait with a timeout (event, condition, activity) ran out of time."""
 
 
+class InstanceFailedError(WorkflowFailure):
+    """An instance a client waited for ended FAILED or TERMINATED (``details``: why)."""
+
+
 class ApplicationError(WorkflowFailure):
     """Raise this from activities or workflows to fail with a chosen type and retryability."""
 
@@ -132,6 +136,10 @@ class WaitTimeoutError(TurnstileError):
 
 class BrokerError(TurnstileError):
     """Kafka could not be reached or refused an operation."""
+
+
+class BrokerUnreachableError(BrokerError):
+    """No Kafka broker answered at the configured address within the command's timeout."""
 
 
 class TopicDriftError(BrokerError):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from engine.core.errors import CodecError
+from engine.core.typed import to_jsonable
 
 JSON = "json"
 RAW = "binary"
@@ -42,11 +43,14 @@ class JsonConverter:
 
     def to_bytes(self, value: Any) -> bytes:
         try:
-            return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+            return json.dumps(
+                value, separators=(",", ":"), sort_keys=True, default=to_jsonable
+            ).encode()
         except (TypeError, ValueError) as exc:
             raise CodecError(
                 f"cannot encode {type(value).__name__} as JSON: {exc}. Pass JSON-compatible "
-                f"values (dict, list, str, int, float, bool, None) or bytes."
+                f"values (dict, list, str, int, float, bool, None), dataclasses, pydantic "
+                f"models, or bytes."
             ) from exc
 
     def from_bytes(self, data: bytes) -> Any:

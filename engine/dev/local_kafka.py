@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import os
 import shutil
 import signal
@@ -117,6 +116,8 @@ class BrokerStatus:
 @contextlib.contextmanager
 def _file_lock(path: Path) -> Iterator[None]:
     """Serialise fetch/start/stop between processes (a CI script and a test run, say)."""
+    import fcntl  # POSIX only: imported here so that the CLI itself starts on any platform
+
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -134,7 +135,14 @@ def _free_port() -> int:
 
 
 def _port_is_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` now.
+
+    SO_REUSEADDR, as the broker's own listener uses: connections of the previous run that
+    linger in TIME_WAIT do not stop a new listener, so they must not make the port look busy
+    (without it, every restart soon after a stop would move the broker to a new port).
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((HOST, port))
         except OSError:
@@ -446,6 +454,7 @@ class LocalKafka:
         ``fresh=True`` the data folder is wiped first (topics, offsets, everything).
         """
         with self._locked():
+            kept_port = self._port()
             if fresh:
                 self.reset()
             if self._pid() is not None:
@@ -455,7 +464,7 @@ class LocalKafka:
             java = self._require_java()
             self.fetch()
             self.data_dir.mkdir(parents=True, exist_ok=True)
-            broker_port = self._prepare_config(java)
+            broker_port = self._prepare_config(java, kept_port)
             self._launch(java, broker_port)
             try:
                 return self._await_ready(broker_port, timeout)
@@ -473,16 +482,18 @@ class LocalKafka:
             )
         return java
 
-    def _prepare_config(self, java: str) -> int:
+    def _prepare_config(self, java: str, kept_port: int | None = None) -> int:
         """Write config files and format storage on first use; returns the broker port.
 
-        Ports are kept from one run to the next (clients keep working after a restart);
-        a busy broker port is replaced, since only clients know it. The controller port is
-        recorded in the KRaft log by ``--standalone`` formatting, so it is kept as well.
+        Ports are kept from one run to the next, ``--fresh`` included (clients and an
+        exported ENGINE_BOOTSTRAP_SERVERS keep working after a restart); a broker port that
+        another program took is replaced, with a warning, since only clients know it. The
+        controller port is recorded in the KRaft log by ``--standalone`` formatting, so it is
+        kept as well.
         """
         config = self.data_dir / _CONFIG_FILE
         old = _read_properties(config)
-        broker_port = self.requested_port or self._port() or 0
+        broker_port = self.requested_port or self._port() or kept_port or 0
         controller_port = 0
         bootstrap = old.get("controller.quorum.bootstrap.servers", "")
         if bootstrap.rpartition(":")[2].isdigit():
@@ -493,7 +504,12 @@ class LocalKafka:
                     f"port {broker_port} on {HOST} is in use; stop whatever holds it or "
                     f"choose another port (--port)."
                 )
-            broker_port = _free_port()
+            previous, broker_port = broker_port, _free_port()
+            if previous:
+                self._progress(
+                    f"warning: port {previous} is taken by another program; Kafka now listens "
+                    f"on {HOST}:{broker_port} (update ENGINE_BOOTSTRAP_SERVERS, or pass --port)"
+                )
         if not controller_port or not _port_is_free(controller_port):
             controller_port = _free_port()
             while controller_port == broker_port:

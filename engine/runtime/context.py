@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, MutableMap
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+from engine.core.typed import return_type
 from engine.runtime.durable import ActivityCall, ChildTask
 from engine.runtime.fastjson import encode as _payload
 from engine.runtime.generation import ContinueAsNewRequested
@@ -148,7 +149,10 @@ class WorkflowContext:
         gen = self._gen
         name = activity if type(activity) is str else gen.registry.activity_name(activity)
         timeout_ms = 0 if timeout is None else _to_ms(timeout, "activity timeout")
-        return ActivityCall(gen, name, _payload(input), retry or NO_RETRY, timeout_ms)
+        task = ActivityCall(gen, name, _payload(input), retry or NO_RETRY, timeout_ms)
+        if not isinstance(activity, str):
+            task.result_type = return_type(activity)  # a dataclass result comes back as one
+        return task
 
     def run(self, name: str, fn: Callable[..., Any], *args: Any) -> Task[Any]:
         """Run ``fn(*args)`` inline, right now, and journal its result.
@@ -173,7 +177,10 @@ class WorkflowContext:
         ends FAILED or TERMINATED raises :class:`ChildWorkflowFailedError`.
         """
         name = self._gen.registry.workflow_name(workflow)
-        return ChildTask(self._gen, name, _payload(input), instance_id, version)
+        task = ChildTask(self._gen, name, _payload(input), instance_id, version)
+        if not isinstance(workflow, str):
+            task.result_type = return_type(workflow)
+        return task
 
     call_sub_workflow = call_child_workflow
 

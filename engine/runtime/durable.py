@@ -28,6 +28,7 @@ from engine.core.history import (
     TimerCreated,
 )
 from engine.core.payloads import Payload
+from engine.core.typed import convert
 from engine.runtime.actions import CancelTimer, CreateTimer, ScheduleActivity, StartChild
 from engine.runtime.failures import raised_from
 from engine.runtime.fastjson import decode
@@ -131,9 +132,9 @@ def _cancel_if_pending(timer: TimerTask | None) -> None:
         timer.cancel()
 
 
-def _decoded(task: Task[Any], payload: Payload | None) -> None:
+def _decoded(task: Task[Any], payload: Payload | None, result_type: Any = None) -> None:
     try:
-        value = decode(payload)
+        value = convert(decode(payload), result_type)
     except CodecError as exc:
         task.set_exception(exc)
     else:
@@ -158,6 +159,7 @@ class ActivityCall(Task[Any]):
         "input",
         "name",
         "phase",
+        "result_type",
         "task_id",
     )
 
@@ -185,6 +187,8 @@ class ActivityCall(Task[Any]):
         self.task_id = task_id
         self.attempt = 1
         self.phase = RUNNING
+        #: The annotation the result is converted to (see engine.core.typed); None: plain.
+        self.result_type: Any = None
         gen.tasks[task_id] = self
         self._start_attempt()
 
@@ -226,12 +230,7 @@ class ActivityCall(Task[Any]):
         self.phase = FINISHED
         if self._timeout is not None:
             self._drop_timeout()
-        try:
-            value = decode(output)
-        except CodecError as exc:
-            self.set_exception(exc)
-        else:
-            self.set_result(value)
+        _decoded(self, output, self.result_type)
 
     def failed(self, failure: FailureDetails) -> None:
         """*apply*: the current attempt failed; retry (after a backoff) or give up."""
@@ -300,7 +299,7 @@ class ActivityCall(Task[Any]):
 class ChildTask(Task[Any]):
     """A child workflow; cancelling only stops waiting (the child keeps running)."""
 
-    __slots__ = ("_gen", "instance_id", "name", "task_id")
+    __slots__ = ("_gen", "instance_id", "name", "result_type", "task_id")
 
     def __init__(
         self,
@@ -313,6 +312,7 @@ class ChildTask(Task[Any]):
         super().__init__()
         self._gen = gen
         self.name = name
+        self.result_type: Any = None
         task_id = gen.next_task_id
         gen.next_task_id = task_id + 1
         self.task_id = task_id
@@ -334,7 +334,7 @@ class ChildTask(Task[Any]):
         """*apply*"""
         del self._gen.children[self.task_id]
         if self._state == PENDING:
-            _decoded(self, output)
+            _decoded(self, output, self.result_type)
 
     def failed(self, failure: FailureDetails) -> None:
         """*apply*"""

@@ -60,6 +60,7 @@ from engine.core.history import (
 )
 from engine.core.messages import InstanceStatus
 from engine.core.payloads import Payload
+from engine.core.typed import convert, parameter_type
 from engine.runtime.actions import (
     CancelTimer,
     CompleteExecution,
@@ -114,6 +115,8 @@ class WorkflowExecution:
         "_started",
         "_status",
         "_turn_open",
+        "code_error",
+        "definition",
         "instance_id",
     )
 
@@ -145,6 +148,9 @@ class WorkflowExecution:
         self._turn_open = False
         self._run_inline = True
         self._broken: BaseException | None = None
+        #: The exception that escaped the workflow code and failed the run (for parking).
+        self.code_error: BaseException | None = None
+        self.definition: WorkflowDefinition | None = None
 
     def close(self) -> None:
         """Drop the code's coroutines (the processor evicts the instance from memory).
@@ -468,8 +474,9 @@ class WorkflowExecution:
             if self._journal.replaying:
                 raise
             return _raise(exc)
+        self.definition = definition
         try:
-            value = decode(started.input)
+            value = convert(decode(started.input), parameter_type(definition.fn, 1))
             if definition.takes_input:
                 return definition.fn(ctx, value)
             return definition.fn(ctx)
@@ -487,6 +494,7 @@ class WorkflowExecution:
             try:
                 run_ready(gen, self._budget)
             except StepBudgetExceededError as exc:
+                self.code_error = exc
                 self._end(RuntimeStatus.FAILED, None, failure_from_exception(exc))
                 return
             if not gen.halt:
@@ -509,6 +517,7 @@ class WorkflowExecution:
     def _finish(self, main: Fiber[Any]) -> None:
         error = main.exception()
         if error is not None:
+            self.code_error = error
             self._end(RuntimeStatus.FAILED, None, failure_from_exception(error))
             return
         try:

@@ -33,6 +33,8 @@ class WorkflowDefinition:
     version: str
     fn: WorkflowFn
     takes_input: bool = True
+    #: Exception types that fail the instance on purpose (others park it: see README).
+    failure_types: tuple[type[BaseException], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,16 +82,31 @@ class Registry:
 
     @overload
     def workflow(
-        self, fn: None = None, /, *, name: str | None = None, version: str = ""
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        version: str = "",
+        failure_types: tuple[type[BaseException], ...] = (),
     ) -> Callable[[F], F]: ...
 
     def workflow(
-        self, fn: F | None = None, /, *, name: str | None = None, version: str = ""
+        self,
+        fn: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        version: str = "",
+        failure_types: tuple[type[BaseException], ...] = (),
     ) -> F | Callable[[F], F]:
-        """Register an ``async def`` workflow; usable bare or as ``@workflow(name=...)``."""
+        """Register an ``async def`` workflow; usable bare or as ``@workflow(name=...)``.
+
+        ``failure_types``: exceptions that fail the instance when they escape the code;
+        other unexpected exceptions park it until fixed code is deployed (README)."""
 
         def register(f: F) -> F:
-            self.add_workflow(f, name=name, version=version)
+            self.add_workflow(f, name=name, version=version, failure_types=failure_types)
             return f
 
         return register(fn) if fn is not None else register
@@ -110,7 +127,12 @@ class Registry:
         return register(fn) if fn is not None else register
 
     def add_workflow(
-        self, fn: Callable[..., Any], *, name: str | None = None, version: str = ""
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        version: str = "",
+        failure_types: tuple[type[BaseException], ...] = (),
     ) -> WorkflowDefinition:
         """Register ``fn`` as a workflow (the non-decorator form)."""
         name = name or getattr(fn, "__name__", "")
@@ -127,7 +149,9 @@ class Registry:
                 f"{_describe(existing.fn)}; give {_describe(fn)} another name with "
                 f"@workflow(name=...) or another version with @workflow(version=...)"
             )
-        definition = WorkflowDefinition(name, version, fn, _takes_input(fn, name))
+        definition = WorkflowDefinition(
+            name, version, fn, _takes_input(fn, name), tuple(failure_types)
+        )
         self._workflows[(name, version)] = definition
         self._workflow_names[fn] = name
         _set_attr(fn, _WORKFLOW_ATTR, (name, version))
@@ -241,17 +265,27 @@ def workflow(fn: F, /) -> F: ...
 
 @overload
 def workflow(
-    fn: None = None, /, *, name: str | None = None, version: str = ""
+    fn: None = None,
+    /,
+    *,
+    name: str | None = None,
+    version: str = "",
+    failure_types: tuple[type[BaseException], ...] = (),
 ) -> Callable[[F], F]: ...
 
 
 def workflow(
-    fn: F | None = None, /, *, name: str | None = None, version: str = ""
+    fn: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    version: str = "",
+    failure_types: tuple[type[BaseException], ...] = (),
 ) -> F | Callable[[F], F]:
     """Register an ``async def wf(ctx, input)`` workflow in :data:`default_registry`."""
     if fn is not None:
         return default_registry.workflow(fn)
-    return default_registry.workflow(name=name, version=version)
+    return default_registry.workflow(name=name, version=version, failure_types=failure_types)
 
 
 @overload

@@ -37,6 +37,7 @@ from engine.core.errors import CodecError, NotRegisteredError, TurnstileError
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.messages import ActivityResult, ActivityTask
 from engine.core.payloads import Payload, from_payload, to_payload
+from engine.core.typed import convert, parameter_type
 from engine.runtime.registry import Registry
 from engine.services.dead_letters import dead_letter_of
 from engine.services.records import RawRecord as TaskRecord
@@ -121,7 +122,7 @@ def _arguments(
     arity = _arity(fn)
     if arity == 0:
         return ()
-    value = from_payload(task.input)
+    value = convert(from_payload(task.input), parameter_type(fn, 0))
     return (value,) if arity == 1 else (value, info)
 
 
