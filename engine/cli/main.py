@@ -21,6 +21,7 @@ from engine.cli import (
     history_cmds,
     processor_cmd,
     topics,
+    ui_cmd,
     worker_cmd,
 )
 from engine.core.errors import TurnstileError
@@ -44,6 +45,7 @@ COMMAND_MODULES: tuple[CommandModule, ...] = (
     dev,
     history_cmds,
     audit_cmds,
+    ui_cmd,
 )
 
 
