@@ -35,6 +35,7 @@ from engine.adapters.kafka_io import (
     poll_batch,
 )
 from engine.adapters.kafka_restore import restore_tables
+from engine.adapters.metrics import PHASES, ProcessorMetrics
 from engine.adapters.rocks_store import RocksPartitionStore
 from engine.codec import decode_message
 from engine.core.errors import CodecError, TurnstileError
@@ -92,7 +93,9 @@ class Progress(Counters):
 
     def add(self, counters: Counters) -> None:
         for f in fields(Counters):
-            setattr(self, f.name, getattr(self, f.name) + getattr(counters, f.name))
+            value = getattr(counters, f.name)
+            if isinstance(value, int):  # the labelled tallies go to the metrics only
+                setattr(self, f.name, getattr(self, f.name) + value)
 
 
 class ProcessorRunner:
@@ -104,8 +107,10 @@ class ProcessorRunner:
         registry: Registry,
         *,
         on_assigned: Callable[[list[int]], None] | None = None,
+        metrics: ProcessorMetrics | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics or ProcessorMetrics()
         self.topics: TopicNames = topic_names(settings.namespace)
         self.env = Environment(
             registry=registry,
@@ -202,13 +207,14 @@ class ProcessorRunner:
         if pp is None:  # pragma: no cover - a partition that is not restored is paused
             return
         self._batch_start.setdefault((topic, partition), offset)
+        self.metrics.record_in(topic)
         key, value = message.key(), message.value()
         ts = message.timestamp()[1]
         try:
             decoded = self._validate(topic, partition, key, value)
             pp.handle(decoded, now_ms)
         except TurnstileError as exc:
-            pp.dead_letter(str(exc), topic, offset, key, value, ts)
+            pp.dead_letter(str(exc), topic, offset, key, value, ts, kind=type(exc).__name__)
 
     def _validate(
         self, topic: str, partition: int, key: bytes | None, value: bytes | None
@@ -242,6 +248,7 @@ class ProcessorRunner:
             outputs.extend(out)
             changes[p] = ch
             self.progress.add(pp.counters)
+            self.metrics.partition_batch(p, pp.counters, pp.cache)
             pp.counters = Counters()
         offsets = self._consumed_positions()
         if not outputs and not offsets:
@@ -259,12 +266,14 @@ class ProcessorRunner:
                 self._producer.send_offsets(offsets, self._consumer.consumer_group_metadata())
             t3 = time.perf_counter()
             delivered = self._producer.commit()
+            t4 = time.perf_counter()
             progress.produce_s += t2 - t1
             progress.offsets_s += t3 - t2
-            progress.commit_s += time.perf_counter() - t3
+            progress.commit_s += t4 - t3
         except AbortedTransaction as exc:
             log.warning("transaction aborted, redoing the batch: %s", exc)
             self.progress.aborts += 1
+            self.metrics.abort()
             self._rollback()
             return
         except BaseException:
@@ -274,10 +283,26 @@ class ProcessorRunner:
             self._abandon()
             raise
         self.progress.transactions += 1
+        self._observe(offsets, len(outputs), (t1 - t0, t2 - t1, t3 - t2, t4 - t3))
         reached = self._changelog_offsets(delivered)
         for p, pp in self.partitions.items():
             pp.committed(changes.get(p, {}), reached.get(p, {}))
         self._batch_start.clear()
+
+    def _observe(
+        self, offsets: list[TopicPartition], outputs: int, seconds: tuple[float, ...]
+    ) -> None:
+        """Metrics of a committed batch: timings, size, and each input partition's lag (the
+        high watermark from the last fetch, no broker round trip)."""
+        m = self.metrics
+        m.turn(seconds[0])
+        for name, s in zip(PHASES, seconds[1:], strict=True):
+            m.phase(name, s)
+        m.batch(outputs)
+        for tp in offsets:
+            _, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            if high >= 0:
+                m.consumer_lag(tp.topic, tp.partition, high - tp.offset)
 
     def _consumed_positions(self) -> list[TopicPartition]:
         if not self._batch_start:
@@ -330,6 +355,7 @@ class ProcessorRunner:
             consumer.pause([tp for tp in assigned if tp.partition in opened])
             raise
         self.partitions.update(opened)
+        self.metrics.partitions_owned(sorted(self.partitions))
         if self._on_assigned is not None:
             self._on_assigned(sorted(self.partitions))
 
@@ -340,6 +366,7 @@ class ProcessorRunner:
             pp = self.partitions.pop(p, None)
             if pp is not None:
                 pp.close()
+        self.metrics.partitions_owned(sorted(self.partitions))
 
     def _open_partition(self, partition: int) -> PartitionProcessor:
         path = (
@@ -365,6 +392,7 @@ class ProcessorRunner:
         self.progress.restore_s += report.seconds
         self.progress.restore_waits += len(report.waits)
         self.progress.restore_wait_s += report.waited_s
+        self.metrics.restored_partitions(report.records, report.seconds)
         log.info(
             "partitions %s restored: %d changelog records in %.2fs%s",
             sorted(opened),

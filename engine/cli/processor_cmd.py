@@ -10,10 +10,15 @@ import argparse
 import logging
 import threading
 
+from prometheus_client import CollectorRegistry
+
 from engine.adapters.kafka_processor import ProcessorRunner
 from engine.adapters.kafka_worker import KafkaWorker
+from engine.adapters.metrics import ProcessorMetrics, WorkerMetrics
 from engine.cli import SubParsers
+from engine.cli.observe import metrics_endpoint
 from engine.cli.options import (
+    add_metrics_arguments,
     add_module_arguments,
     add_settings_arguments,
     require_registered,
@@ -59,6 +64,7 @@ def _add_processor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", help="folder for the RocksDB tables")
     parser.add_argument("--partitions", type=int, help="partition count of the topics (32)")
     parser.add_argument("--log-level", default="INFO", help="logging level (INFO)")
+    add_metrics_arguments(parser)
 
 
 def _settings(args: argparse.Namespace, **extra: object) -> Settings:
@@ -79,11 +85,12 @@ def _settings(args: argparse.Namespace, **extra: object) -> Settings:
 
 def _run_processor(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    runner = ProcessorRunner(settings, default_registry)
+    metrics = ProcessorMetrics(CollectorRegistry())
+    runner = ProcessorRunner(settings, default_registry, metrics=metrics)
     stop = threading.Event()
     reporter = threading.Thread(target=report_progress, args=(runner, stop), daemon=True)
     reporter.start()
-    with stop_on_signals(stop):
+    with metrics_endpoint(args, metrics.registry, lambda: metrics.ready), stop_on_signals(stop):
         runner.run(stop)
     return 0
 
@@ -91,11 +98,16 @@ def _run_processor(args: argparse.Namespace) -> int:
 def _run_all(args: argparse.Namespace) -> int:
     settings = _settings(args, worker_concurrency=args.concurrency, worker_id=args.worker_id)
     stop = threading.Event()
-    worker = KafkaWorker(settings, default_registry)
+    registry = CollectorRegistry()
+    worker = KafkaWorker(settings, default_registry, metrics=WorkerMetrics(registry))
     worker_thread = threading.Thread(target=worker.run, args=(stop,), name="worker")
-    runner = ProcessorRunner(settings, default_registry)
+    metrics = ProcessorMetrics(registry)
+    runner = ProcessorRunner(settings, default_registry, metrics=metrics)
     reporter = threading.Thread(target=report_progress, args=(runner, stop), daemon=True)
-    with stop_on_signals(stop, STOP_GRACE_S + worker.shutdown_timeout_s):
+    with (
+        metrics_endpoint(args, registry, lambda: metrics.ready),
+        stop_on_signals(stop, STOP_GRACE_S + worker.shutdown_timeout_s),
+    ):
         worker_thread.start()
         reporter.start()
         try:

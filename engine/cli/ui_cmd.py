@@ -26,7 +26,7 @@ def register(subparsers: SubParsers) -> None:
         description="A web dashboard on http://127.0.0.1:8080: instances with filters, each "
         "instance's state and timeline, replicas with their partitions and lag, dead letters. "
         "Read-only unless --allow-actions (then raise event, terminate, suspend, resume, "
-        "purge, confirmed in the page). Needs the 'observe' extra.",
+        "purge, confirmed in the page). Needs the 'ui' extra.",
     )
     add_settings_arguments(ui)
     ui.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
@@ -52,8 +52,8 @@ def _run_ui(args: argparse.Namespace) -> int:
         from engine.ui.source import DashboardSource
     except ImportError as exc:
         raise ConfigurationError(
-            f"the dashboard needs the 'observe' extra ({exc.name} is missing): "
-            f"pip install 'turnstile-engine[observe]'"
+            f"the dashboard needs the 'ui' extra ({exc.name} is missing): "
+            f"pip install 'turnstile-engine[ui]'"
         ) from exc
     if args.host not in ("127.0.0.1", "localhost", "::1") and args.allow_actions and not args.token:
         raise ConfigurationError(

@@ -89,7 +89,7 @@ def _reuse_allowed(pp: PartitionProcessor, item: Loaded, msg: StartWorkflow, now
 
 def _refuse(pp: PartitionProcessor, msg: StartWorkflow, reason: str) -> bool:
     """A start the ID-reuse policy refused; a parent learns it as a failed child."""
-    pp.counters.rejected += 1
+    pp.counters.reject(msg.KIND)
     log.warning("start refused: %s", reason)
     if msg.parent_instance_id is not None:
         failure = FailureDetails("InstanceAlreadyExistsError", reason, retryable=False)
@@ -224,6 +224,7 @@ def _keep_pending(pp: PartitionProcessor, meta: InstanceMeta, msg: RaiseEvent, n
             msg.instance_id.encode(),
             None,
             now,
+            kind="PendingEventsFull",
         )
         return
     kept.append(PendingEvent(msg.name, msg.input, now))
@@ -232,7 +233,7 @@ def _keep_pending(pp: PartitionProcessor, meta: InstanceMeta, msg: RaiseEvent, n
 
 
 def _reject(pp: PartitionProcessor, msg: Message, reason: str) -> None:
-    pp.counters.rejected += 1
+    pp.counters.reject(msg.KIND)
     log.info("%s for %s ignored: %s", msg.KIND, msg.instance_id, reason)
 
 
@@ -310,7 +311,7 @@ def fire_timer(pp: PartitionProcessor, timer: keys.TimerKey, now_ms: int) -> Non
     item = pp.load(timer.instance_id)
     meta = item.meta
     if timer.generation != meta.generation:
-        pp.counters.rejected += 1
+        pp.counters.reject("TimerFired")
         return  # a timer of an older generation: dropped, never applied
     if timer.task_id == START_TIMER:
         if meta.status is RuntimeStatus.PENDING and meta.scheduled_start is not None:

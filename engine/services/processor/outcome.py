@@ -50,8 +50,8 @@ def step_instance(pp: PartitionProcessor, item: Loaded, now_ms: int) -> None:
     except Exception as exc:
         _fail_instance(pp, item, exc, now_ms)
         return
-    pp.counters.rejected += len(result.rejected)
     for rejected in result.rejected:
+        pp.counters.reject(rejected.inbound.body.KIND)
         log.info("%s: rejected %s: %s", meta.instance_id, rejected.inbound.body, rejected.reason)
     if not result.new_events:
         return
@@ -77,6 +77,7 @@ def _record_events(pp: PartitionProcessor, item: Loaded, events: list[HistoryEve
         meta.next_sequence = event.sequence + 1
         pp.tables.put(keys.history_key(meta.instance_id, event.sequence), data)
         pp.emit(topic, key, data, pp.partition)
+        pp.counters.recorded(meta.name, meta.version, event.body)
         if isinstance(event.body, ExecutionStarted) and _continues(previous):
             # the previous generation leaves the state table (the history topic keeps it),
             # so a cold load replays only the current generation

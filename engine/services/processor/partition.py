@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 
 from engine.codec import decode_history, encode_message, instance_key
 from engine.core.errors import CodecError
-from engine.core.history import Inbound
+from engine.core.history import (
+    ContinuedAsNew,
+    EventBody,
+    ExecutionCompleted,
+    ExecutionStarted,
+    ExecutionTerminated,
+    Inbound,
+)
 from engine.core.messages import DeadLetter, Message
 from engine.runtime.executor import WorkflowExecution
 from engine.runtime.registry import Registry
@@ -31,7 +38,9 @@ log = logging.getLogger("engine.processor")
 
 @dataclass
 class Counters:
-    """What a partition did; the loop aggregates these into its progress line."""
+    """What a partition did; the loop aggregates these into its progress line, and the
+    labelled tallies below into its metrics (labels are kinds and registered workflow
+    names, never instance ids, so they stay few)."""
 
     records: int = 0
     turns: int = 0
@@ -39,6 +48,38 @@ class Counters:
     rejected: int = 0
     timers_fired: int = 0
     completed: int = 0
+    #: dead letters by the kind of error that refused the record
+    dead_letter_kinds: dict[str, int] = field(default_factory=dict)
+    #: refused inbound records by message or event kind
+    rejected_kinds: dict[str, int] = field(default_factory=dict)
+    #: (workflow name, version, started|completed|failed|terminated|continued_as_new)
+    workflow_events: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    #: how late each fired timer was (ms after its due time)
+    timer_lateness_ms: list[int] = field(default_factory=list)
+
+    def reject(self, kind: str, count: int = 1) -> None:
+        self.rejected += count
+        self.rejected_kinds[kind] = self.rejected_kinds.get(kind, 0) + count
+
+    def recorded(self, name: str, version: str, body: EventBody) -> None:
+        """Tally a history event that starts or ends a run."""
+        what = _RUN_EVENTS.get(type(body))
+        if what is None:
+            return
+        if isinstance(body, ExecutionCompleted):
+            what = body.status.value.lower()
+        elif isinstance(body, ExecutionStarted):
+            name, version = body.name, body.version
+        key = (name, version, what)
+        self.workflow_events[key] = self.workflow_events.get(key, 0) + 1
+
+
+_RUN_EVENTS: dict[type[EventBody], str] = {
+    ExecutionStarted: "started",
+    ExecutionCompleted: "completed",
+    ExecutionTerminated: "terminated",
+    ContinuedAsNew: "continued_as_new",
+}
 
 
 @dataclass
@@ -56,11 +97,19 @@ class InstanceCache:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._items: OrderedDict[str, Loaded] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
 
     def get(self, instance_id: str) -> Loaded | None:
         item = self._items.get(instance_id)
         if item is not None:
+            self.hits += 1
             self._items.move_to_end(instance_id)
+        else:
+            self.misses += 1
         return item
 
     def put(self, instance_id: str, item: Loaded) -> None:
@@ -145,9 +194,13 @@ class PartitionProcessor:
         key: bytes | None,
         value: bytes | None,
         timestamp_ms: int,
+        kind: str = "Refused",
     ) -> None:
-        """Park an unusable record with the reason, so the partition can go on."""
+        """Park an unusable record with the reason, so the partition can go on. ``kind`` is
+        a short, bounded name of the cause (an error class) for the metrics."""
         self.counters.dead_letters += 1
+        kinds = self.counters.dead_letter_kinds
+        kinds[kind] = kinds.get(kind, 0) + 1
         log.warning("dead letter from %s[%d]@%d: %s", topic, self.partition, offset, reason)
         instance = _decode_key(key)
         record = DeadLetter(
@@ -175,6 +228,7 @@ class PartitionProcessor:
         for timer in due:
             fire_timer(self, timer, now_ms)
         self.counters.timers_fired += len(due)
+        self.counters.timer_lateness_ms.extend(now_ms - t.fire_at_ms for t in due)
         return len(due)
 
     # --- output ---------------------------------------------------------------------------
