@@ -105,6 +105,7 @@ class DashboardSource:
             "total": page.total,
             "offset": page.offset,
             "limit": page.limit,
+            "by_status": page.by_status,
             "items": [_summary(s) for s in page.items],
         }
 

@@ -4,7 +4,7 @@ pending work read off its history. Pure functions, so they are tested without a 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -102,6 +102,8 @@ class Page:
     total: int
     offset: int
     limit: int
+    #: instances per status among those the other filters pick (the status filter aside)
+    by_status: dict[str, int]
 
 
 def select(
@@ -112,12 +114,16 @@ def select(
         raise ConfigurationError(f"offset {offset} is negative; pages start at offset 0")
     if not 1 <= limit <= MAX_PAGE:
         raise ConfigurationError(f"limit {limit} is out of range; ask for 1 to {MAX_PAGE}")
-    found = sorted(
-        (s for s in statuses if wanted.matches(s)),
-        key=lambda s: (s.created_ms, s.instance_id),
-        reverse=True,
-    )
-    return Page(found[offset : offset + limit], len(found), offset, limit)
+    any_status = replace(wanted, statuses=frozenset())
+    by_status: dict[str, int] = {}
+    found = []
+    for s in statuses:
+        if any_status.matches(s):
+            by_status[s.status.value] = by_status.get(s.status.value, 0) + 1
+            if not wanted.statuses or s.status in wanted.statuses:
+                found.append(s)
+    found.sort(key=lambda s: (s.created_ms, s.instance_id), reverse=True)
+    return Page(found[offset : offset + limit], len(found), offset, limit, by_status)
 
 
 def pending_work(events: Sequence[HistoryEvent]) -> dict[str, list[dict[str, Any]]]:

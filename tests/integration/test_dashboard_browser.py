@@ -71,7 +71,8 @@ def test_the_dashboard_lists_filters_shows_and_acts(
     client = engine.client
     echoes = [client.start("t.echo", i, tags={"team": "web"}) for i in range(3)]
     waiting = client.start("t.wait_event", {"event": "go"}, instance_id=f"ui-{uuid.uuid4().hex}")
-    for instance_id in echoes:
+    failed = client.start("t.raises", "bad input")
+    for instance_id in [*echoes, failed]:
         client.wait_for_completion(instance_id, timeout=60)
     client.wait_for_start(waiting, timeout=60)
 
@@ -79,7 +80,7 @@ def test_the_dashboard_lists_filters_shows_and_acts(
     page.set_default_timeout(WAIT_MS)
     page.on("dialog", lambda dialog: dialog.accept())
     try:
-        _walk_through(page, dashboard.url, echoes, waiting)
+        _walk_through(page, dashboard.url, echoes, waiting, failed)
     except BaseException:
         shot = tmp_path / "dashboard-failure.png"
         page.screenshot(path=str(shot), full_page=True)
@@ -91,13 +92,24 @@ def test_the_dashboard_lists_filters_shows_and_acts(
     assert final.output == {"input": {"event": "go"}, "got": {"ok": True}}
 
 
-def _walk_through(page: Page, url: str, echoes: list[str], waiting: str) -> None:
+def _walk_through(page: Page, url: str, echoes: list[str], waiting: str, failed: str) -> None:
     # the list shows every instance
     page.goto(url)
     rows = page.locator("#instances tbody tr")
-    expect(rows).to_have_count(4)
-    for instance_id in [*echoes, waiting]:
+    expect(rows).to_have_count(5)
+    for instance_id in [*echoes, waiting, failed]:
         expect(page.locator(f'tr[data-instance="{instance_id}"]')).to_be_visible()
+    expect(page.locator('#by-status [data-count="COMPLETED"]')).to_have_text("COMPLETED 3")
+    expect(page.locator('#by-status [data-count="RUNNING"]')).to_have_text("RUNNING 1")
+    expect(page.locator('#by-status [data-count="FAILED"]')).to_have_text("FAILED 1")
+    expect(page.locator("#token-box")).to_be_hidden()  # no token set
+
+    # a failed instance shows its failure: type, message, stack
+    page.click(f'tr[data-instance="{failed}"] a')
+    expect(page.locator("#failure .failure-type")).to_have_text("BadInputError")
+    expect(page.locator("#failure")).to_contain_text("cannot handle 'bad input'")
+    expect(page.locator("#failure .stack")).to_contain_text("Traceback")
+    page.go_back()
 
     # filter by name, then by status and tag
     page.fill("#filters input[name=name]", "t.wait_event")

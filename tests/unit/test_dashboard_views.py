@@ -55,6 +55,9 @@ def test_filters_by_status_name_version_tag_and_time() -> None:
     assert ids({"tag": "team=x"}) == ["i1"]
     assert ids({"created_after": "1970-01-01T00:00:01.002+00:00"}) == ["i3", "i2"]
     assert ids({"created_before": "1970-01-01T00:00:01.002+00:00"}) == ["i1"]
+    page = select(rows, InstanceFilter.from_query({"name": "a", "status": "running"}), 0, 50)
+    assert [s.instance_id for s in page.items] == ["i1"]
+    assert page.by_status == {"RUNNING": 1, "COMPLETED": 1}  # counts ignore the status filter
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ async function api(path, options) {
   return body;
 }
 
-function show(...nodes) { main.replaceChildren(...nodes); }
+function show(...nodes) { main.replaceChildren(...nodes.filter((n) => n !== null && n !== undefined)); }
 function fail(error) { show(el("p", { class: "error", id: "error" }, error.message)); }
 
 // --- the instance list ------------------------------------------------------------------
@@ -61,7 +61,11 @@ async function listPage(params) {
     el("button", { disabled: offset === 0, onclick: () => move(Math.max(0, offset - limit)) }, "Newer"),
     el("span", { id: "count" }, `${page.total ? offset + 1 : 0}–${offset + page.items.length} of ${page.total}`),
     el("button", { disabled: offset + limit >= page.total, onclick: () => move(offset + limit) }, "Older"));
-  show(el("h1", {}, "Instances"), form, pager,
+  const counts = el("div", { class: "pager", id: "by-status" }, Object.entries(page.by_status).sort().map(([s, n]) => {
+    const q = new URLSearchParams(params); q.set("status", s); q.delete("offset");
+    return el("a", { href: `#/?${q}`, "data-count": s }, statusCell(s), ` ${n}`);
+  }));
+  show(el("h1", {}, "Instances"), form, counts, pager,
     el("table", { id: "instances" },
       el("thead", {}, el("tr", {}, ["Instance", "Name", "Version", "Status", "Created", "Updated", "Tags"].map((h) => el("th", {}, h)))),
       el("tbody", {}, rows)));
@@ -101,6 +105,16 @@ function actionForms(id, refresh) {
   return el("section", {}, el("h2", {}, "Actions"), ev, buttons, outcome);
 }
 
+function failureView(f) {
+  const parts = [];
+  for (let cause = f, depth = 0; cause; cause = cause.cause, depth++) {
+    parts.push(el("p", {}, depth ? "caused by " : "", el("strong", { class: "failure-type" }, cause.type), `: ${cause.message}`,
+      cause.retryable ? "" : " (not retryable)"));
+    if (cause.stack) parts.push(el("pre", { class: "stack" }, cause.stack));
+  }
+  return el("div", {}, parts);
+}
+
 function table(id, headers, rows) {
   if (!rows.length) return el("p", { id }, "none");
   return el("table", { id }, el("thead", {}, el("tr", {}, headers.map((h) => el("th", {}, h)))),
@@ -111,7 +125,7 @@ async function instancePage(id) {
   show(el("p", {}, "Loading…"));
   const i = await api(`/api/instances/${encodeURIComponent(id)}`);
   const refresh = () => route();
-  const failure = i.failure ? el("section", { id: "failure" }, el("h2", {}, "Failure"), el("pre", {}, json(i.failure))) : null;
+  const failure = i.failure ? el("section", { id: "failure" }, el("h2", {}, "Failure"), failureView(i.failure)) : null;
   show(
     el("h1", {}, i.instance_id),
     el("p", {}, statusCell(i.status), ` ${i.name} ${i.version} · generation ${i.generation} · created ${i.created} · updated ${i.last_updated}`,
