@@ -286,7 +286,9 @@ class ProcessorRunner:
         self._observe(offsets, len(outputs), (t1 - t0, t2 - t1, t3 - t2, t4 - t3))
         reached = self._changelog_offsets(delivered)
         for p, pp in self.partitions.items():
-            pp.committed(changes.get(p, {}), reached.get(p, {}))
+            moved = pp.committed(changes.get(p, {}), reached.get(p, {}))
+            if moved and pp.status_counts is not None:
+                self.metrics.instance_statuses(p, pp.status_counts)
         self._batch_start.clear()
 
     def _observe(
@@ -356,6 +358,10 @@ class ProcessorRunner:
             raise
         self.partitions.update(opened)
         self.metrics.partitions_owned(sorted(self.partitions))
+        if self.metrics.count_instances:
+            for p, pp in opened.items():
+                pp.count_statuses()
+                self.metrics.instance_statuses(p, pp.status_counts or {})
         if self._on_assigned is not None:
             self._on_assigned(sorted(self.partitions))
 

@@ -28,6 +28,7 @@ from prometheus_client import (
 )
 
 from engine.core.errors import ConfigurationError
+from engine.core.history import RuntimeStatus
 from engine.services.processor.partition import Counters, InstanceCache
 
 __all__ = ["MetricsServer", "ProcessorMetrics", "WorkerMetrics"]
@@ -66,9 +67,14 @@ class _Children(Generic[M]):
 class ProcessorMetrics:
     """A processor replica's metrics; fed by its loop, read by scrapes."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, count_instances: bool = False
+    ) -> None:
+        """``count_instances``: keep ``turnstile_instances`` by status, which costs one scan
+        of the metadata rows per newly assigned partition (off unless metrics are served)."""
         r = registry if registry is not None else CollectorRegistry()
         self.registry = r
+        self.count_instances = count_instances
         self._ready = False
         self.turns = Counter(
             "turnstile_turns", "Workflow turns run (one per touched instance and batch)", registry=r
@@ -177,6 +183,14 @@ class ProcessorMetrics:
                 registry=r,
             )
         )
+        self.instances = _Children(
+            Gauge(
+                "turnstile_instances",
+                "Instances per status on each owned partition",
+                ["partition", "status"],
+                registry=r,
+            )
+        )
         self._seen: dict[int, tuple[int, int]] = {}
         self._records_in: dict[str, int] = {}
 
@@ -195,6 +209,8 @@ class ProcessorMetrics:
             if p not in partitions:
                 del self._seen[p]
                 self.cache_size.remove(str(p))
+                for status in RuntimeStatus:
+                    self.instances.remove(str(p), status.value)
 
     # --- per record, per partition, per batch -----------------------------------------------
 
@@ -244,6 +260,13 @@ class ProcessorMetrics:
 
     def consumer_lag(self, topic: str, partition: int, lag: int) -> None:
         self.lag(topic, str(partition)).set(max(lag, 0))
+
+    def instance_statuses(self, partition: int, counts: dict[RuntimeStatus, int]) -> None:
+        """The partition's committed instances per status (after its first count, then
+        whenever a commit changed them)."""
+        self._seen.setdefault(partition, (0, 0))
+        for status in RuntimeStatus:
+            self.instances(str(partition), status.value).set(counts.get(status, 0))
 
     def restored_partitions(self, records: int, seconds: float) -> None:
         """One restore of newly assigned partitions (all of them together)."""

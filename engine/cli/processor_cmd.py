@@ -85,7 +85,7 @@ def _settings(args: argparse.Namespace, **extra: object) -> Settings:
 
 def _run_processor(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    metrics = ProcessorMetrics(CollectorRegistry())
+    metrics = ProcessorMetrics(CollectorRegistry(), count_instances=args.metrics_port is not None)
     runner = ProcessorRunner(settings, default_registry, metrics=metrics)
     stop = threading.Event()
     reporter = threading.Thread(target=report_progress, args=(runner, stop), daemon=True)
@@ -101,7 +101,7 @@ def _run_all(args: argparse.Namespace) -> int:
     registry = CollectorRegistry()
     worker = KafkaWorker(settings, default_registry, metrics=WorkerMetrics(registry))
     worker_thread = threading.Thread(target=worker.run, args=(stop,), name="worker")
-    metrics = ProcessorMetrics(registry)
+    metrics = ProcessorMetrics(registry, count_instances=args.metrics_port is not None)
     runner = ProcessorRunner(settings, default_registry, metrics=metrics)
     reporter = threading.Thread(target=report_progress, args=(runner, stop), daemon=True)
     with (

@@ -162,6 +162,11 @@ def test_a_running_engine_serves_its_metrics(settings: Settings, engine_url: str
     assert _value(samples, "turnstile_timer_lateness_seconds_count") >= 1
     assert _value(samples, "turnstile_restore_duration_seconds_count") >= 1
     assert _value(samples, "turnstile_partitions_owned") == 2
+    instances = "turnstile_instances"
+    assert _value(samples, instances, status="COMPLETED") == 4  # A, B, the echo, the child
+    assert _value(samples, instances, status="FAILED") == 1
+    assert _value(samples, instances, status="RUNNING") == 0
+    assert {labels["partition"] for labels, _ in samples[instances]} == {"0", "1"}
     assert _value(samples, "turnstile_instance_cache_size") >= 1
     assert _value(samples, "turnstile_instance_cache_lookups_total") >= 1
     assert {labels["topic"] for labels, _ in samples["turnstile_consumer_lag_records"]} >= {

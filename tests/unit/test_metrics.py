@@ -124,3 +124,44 @@ def test_the_endpoint_serves_metrics_health_and_readiness() -> None:
             MetricsServer(m.registry, port=server.port)
     finally:
         server.stop()
+
+
+def test_partition_counts_instances_per_status_across_commits_and_rollbacks(
+    tmp_path: object,
+) -> None:
+    from pathlib import Path
+
+    from engine.adapters.rocks_store import RocksPartitionStore
+    from engine.runtime.registry import Registry
+    from engine.services.processor.handlers import save_meta
+    from engine.services.processor.partition import Environment, PartitionProcessor
+    from engine.services.topics import topic_names
+
+    env = Environment(Registry(), topic_names("t"), 10, 1000)
+    pp = PartitionProcessor(0, RocksPartitionStore(Path(str(tmp_path)) / "p0"), env)
+    try:
+
+        def write(instance_id: str, status: RuntimeStatus | None, commit: bool = True) -> bool:
+            item = pp.load(instance_id)
+            item.meta.status = status
+            save_meta(pp, item.meta)
+            _, changes = pp.end_batch(0)
+            if not commit:
+                pp.rolled_back()
+                return False
+            return pp.committed(changes, {})
+
+        write("a", RuntimeStatus.RUNNING)
+        pp.count_statuses()
+        assert pp.status_counts == {RuntimeStatus.RUNNING: 1}
+        assert write("b", RuntimeStatus.RUNNING)
+        assert write("a", RuntimeStatus.COMPLETED)
+        assert not write("b", RuntimeStatus.FAILED, commit=False)  # aborted: no change
+        assert not write("b", RuntimeStatus.RUNNING)  # same status: nothing moved
+        assert pp.status_counts == {RuntimeStatus.RUNNING: 1, RuntimeStatus.COMPLETED: 1}
+        m = ProcessorMetrics()
+        m.instance_statuses(0, pp.status_counts)
+        assert _get(m.registry, "turnstile_instances", partition="0", status="RUNNING") == 1
+        assert _get(m.registry, "turnstile_instances", partition="0", status="FAILED") == 0
+    finally:
+        pp.close()

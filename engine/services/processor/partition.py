@@ -23,12 +23,13 @@ from engine.core.history import (
     ExecutionStarted,
     ExecutionTerminated,
     Inbound,
+    RuntimeStatus,
 )
 from engine.core.messages import DeadLetter, Message
 from engine.runtime.executor import WorkflowExecution
 from engine.runtime.registry import Registry
 from engine.services.processor import keys
-from engine.services.processor.meta import InstanceMeta
+from engine.services.processor.meta import InstanceMeta, decode_meta
 from engine.services.processor.ports import OutRecord, PartitionStore
 from engine.services.processor.tables import Tables
 from engine.services.topics import TopicNames
@@ -151,6 +152,20 @@ class PartitionProcessor:
 
         self._handlers = MESSAGE_HANDLERS
         self._step: Callable[[PartitionProcessor, Loaded, int], None] = step_instance
+        #: committed instances per status, once :meth:`count_statuses` ran (for metrics)
+        self.status_counts: dict[RuntimeStatus, int] | None = None
+        self._status_before: dict[str, RuntimeStatus | None] = {}
+
+    def count_statuses(self) -> None:
+        """Count the committed instances per status (one scan of the metadata rows); from
+        then on every commit keeps the counts up to date."""
+        counts: dict[RuntimeStatus, int] = {}
+        end = bytes([keys.META[0] + 1])
+        for _, raw in self.tables.scan(keys.META, end):
+            status = decode_meta(raw).status
+            if status is not None:
+                counts[status] = counts.get(status, 0) + 1
+        self.status_counts = counts
 
     # --- loading --------------------------------------------------------------------------
 
@@ -165,6 +180,8 @@ class PartitionProcessor:
             item = Loaded(meta)
             self.cache.put(instance_id, item)
         self.batch[instance_id] = item
+        if self.status_counts is not None:
+            self._status_before[instance_id] = item.meta.status
         return item
 
     def execution(self, item: Loaded) -> WorkflowExecution:
@@ -273,20 +290,40 @@ class PartitionProcessor:
             return self.env.topics.timer_changelog
         return self.env.topics.state_changelog
 
-    def committed(self, changes: dict[bytes, bytes | None], offsets: dict[str, int]) -> None:
-        """The batch's transaction committed: make its table changes durable locally."""
+    def committed(self, changes: dict[bytes, bytes | None], offsets: dict[str, int]) -> bool:
+        """The batch's transaction committed: make its table changes durable locally.
+        Returns whether the counts per status changed."""
         self.tables.apply(changes, offsets)
+        moved = self._move_statuses()
         for instance_id, item in self.batch.items():
             if item.meta.status is not None and item.meta.status.is_terminal:
                 item.execution = None
             if not item.meta.exists and not item.meta.pending_events:
                 self.cache.evict(instance_id)
         self.batch = {}
+        return moved
+
+    def _move_statuses(self) -> bool:
+        counts, moved = self.status_counts, False
+        if counts is None:
+            return False
+        for instance_id, before in self._status_before.items():
+            after = self.batch[instance_id].meta.status
+            if after is before:
+                continue
+            moved = True
+            if before is not None:
+                counts[before] = counts.get(before, 0) - 1
+            if after is not None:
+                counts[after] = counts.get(after, 0) + 1
+        self._status_before = {}
+        return moved
 
     def rolled_back(self) -> None:
         """The transaction aborted: forget everything this batch changed."""
         self.tables.drop_overlay()
         self.dirty = {}
+        self._status_before = {}
         for instance_id in self.batch:
             self.cache.evict(instance_id)
         self.batch = {}
