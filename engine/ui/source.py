@@ -86,8 +86,12 @@ class ActionOutcome:
 class DashboardSource:
     """Reads for every page and the actions; one client shared by all requests."""
 
-    def __init__(self, settings: Settings, client: Client | None = None) -> None:
+    def __init__(
+        self, settings: Settings, client: Client | None = None, *, confirm_s: float = CONFIRM_S
+    ) -> None:
+        """``confirm_s``: how long an action waits for the status to show its effect."""
         self.settings = settings
+        self.confirm_s = confirm_s
         self.topics = topic_names(settings.namespace)
         self.client = client or Client(settings=settings)
 
@@ -156,7 +160,7 @@ class DashboardSource:
         if before is None:
             raise InstanceNotFoundError(f"no instance {instance_id!r}: nothing to {action}")
         send(instance_id)
-        deadline = time.monotonic() + CONFIRM_S
+        deadline = time.monotonic() + self.confirm_s
         while True:
             now = self.client.get(instance_id)
             if seen(before.raw, None if now is None else now.raw):
@@ -168,7 +172,7 @@ class DashboardSource:
                     instance_id,
                     "sent",
                     f"the command was written but the status did not show its effect within "
-                    f"{CONFIRM_S:.0f}s (an event waits until the workflow asks for it; a "
+                    f"{self.confirm_s:.0f}s (an event waits until the workflow asks for it; a "
                     f"command to an ended instance has no effect)",
                     None if now is None else now.to_dict(),
                 )

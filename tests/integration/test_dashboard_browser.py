@@ -189,3 +189,41 @@ def test_the_api_refuses_bad_requests_with_what_to_do(engine: RunningEngine) -> 
             assert http.get("/api/config").json()["actions"] is False
     finally:
         read_only.stop()
+
+
+def test_each_action_is_confirmed_by_the_status_it_changes(engine: RunningEngine) -> None:
+    import httpx
+
+    client = engine.client
+    parent = client.start(
+        "t.parent_with_child", {"event": "go"}, instance_id=f"p-{uuid.uuid4().hex}"
+    )
+    child = f"{parent}:child"
+    client.wait_for_start(child, timeout=60)
+    source = DashboardSource(engine.settings, confirm_s=3.0)
+    server = DashboardServer(source, port=0, allow_actions=True).start()
+
+    def act(instance_id: str, action: str, **body: object) -> dict[str, object]:
+        url = f"/api/instances/{instance_id}/actions/{action}"
+        with httpx.Client(base_url=server.url, timeout=120) as http:
+            answer = http.post(url, json=body)
+        assert answer.status_code == 200, answer.text
+        result: dict[str, object] = answer.json()
+        return result
+
+    try:
+        suspended = act(parent, "suspend", reason="look")
+        assert suspended["outcome"] == "observed"
+        assert isinstance(suspended["status"], dict)
+        assert suspended["status"]["status"] == "SUSPENDED"
+        assert act(parent, "resume")["outcome"] == "observed"
+        terminated = act(parent, "terminate", reason="enough", recursive=True)
+        assert terminated["outcome"] == "observed"
+        assert client.wait_for_completion(child, timeout=60).status.value == "TERMINATED"
+        # an event for an ended instance changes nothing: answered as only sent
+        late = act(child, "raise-event", name="go")
+        assert late["outcome"] == "sent" and "no effect" in str(late["message"])
+        assert act(parent, "purge")["outcome"] == "observed"
+        assert client.get(parent) is None
+    finally:
+        server.stop()
