@@ -50,13 +50,13 @@ class Counters:
     timers_fired: int = 0
     completed: int = 0
     #: dead letters by the kind of error that refused the record
-    dead_letter_kinds: dict[str, int] = field(default_factory=dict)
+    dead_letter_kinds: dict[str, int] = field(default_factory=dict, repr=False)
     #: refused inbound records by message or event kind
-    rejected_kinds: dict[str, int] = field(default_factory=dict)
+    rejected_kinds: dict[str, int] = field(default_factory=dict, repr=False)
     #: (workflow name, version, started|completed|failed|terminated|continued_as_new)
-    workflow_events: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    workflow_events: dict[tuple[str, str, str], int] = field(default_factory=dict, repr=False)
     #: how late each fired timer was (ms after its due time)
-    timer_lateness_ms: list[int] = field(default_factory=list)
+    timer_lateness_ms: list[int] = field(default_factory=list, repr=False)
 
     def reject(self, kind: str, count: int = 1) -> None:
         self.rejected += count
