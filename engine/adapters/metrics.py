@@ -50,6 +50,8 @@ _FAST = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 #: Seconds: activities and restores run from milliseconds to minutes.
 _SLOW = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 _BATCH = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500)
+#: The commit protocol's steps that are phases of the transaction.
+PHASES = (Step.PRODUCE, Step.OFFSETS, Step.COMMIT)
 
 M = TypeVar("M", Counter, Gauge, Histogram)
 
@@ -166,10 +168,6 @@ class ProcessorMetrics:
                 self.records_out.inc(self._produced)
         elif step is Step.ABORT:
             self.aborts.inc()
-
-
-#: The protocol steps that are phases of the transaction.
-PHASES = (Step.PRODUCE, Step.OFFSETS, Step.COMMIT)
 
 
 class _ReplicaCollector(Collector):

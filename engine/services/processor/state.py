@@ -87,13 +87,18 @@ class Counters:
         _tally(self.timer_lateness, bound)
 
     def add(self, other: Counters) -> None:
-        for f in fields(Counters):
-            mine, theirs = getattr(self, f.name), getattr(other, f.name)
-            if isinstance(mine, dict):
-                for key, n in theirs.items():
-                    mine[key] = mine.get(key, 0) + n
-            else:
-                setattr(self, f.name, mine + theirs)
+        """Add ``other``'s counts to these (once per partition and batch: kept cheap)."""
+        for name in _NUMBERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in _TALLIES:
+            mine = getattr(self, name)
+            for key, n in getattr(other, name).items():
+                mine[key] = mine.get(key, 0) + n
+
+
+#: Counters' plain numbers and its labelled tallies (dicts), by field name.
+_TALLIES = tuple(f.name for f in fields(Counters) if f.default_factory is dict)
+_NUMBERS = tuple(f.name for f in fields(Counters) if f.name not in _TALLIES)
 
 
 def _tally(counts: dict[K, int], key: K) -> None:
