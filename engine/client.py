@@ -32,7 +32,7 @@ from engine.core.history import RuntimeStatus
 from engine.core.messages import IdReusePolicy, InstanceStatus
 from engine.core.typed import convert, return_type
 from engine.runtime.registry import Registry
-from engine.services.client import InstanceState, StatusView, WorkflowClient
+from engine.services.client import RETRY_REASON, InstanceState, StatusView, WorkflowClient
 
 __all__ = [
     "AsyncClient",
@@ -45,9 +45,6 @@ __all__ = [
 ]
 
 R = TypeVar("R")
-
-#: The reason recorded for the resume that ``retry`` sends.
-RETRY_REASON = "retry"
 
 
 def _state(status: InstanceStatus | None) -> InstanceState | None:
