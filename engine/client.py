@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from engine.adapters.kafka_client import KafkaCommandSink, KafkaStatusReader
 from engine.config.settings import Settings, load_settings
@@ -32,7 +32,7 @@ from engine.core.history import RuntimeStatus
 from engine.core.messages import IdReusePolicy, InstanceStatus
 from engine.core.typed import convert, return_type
 from engine.runtime.registry import Registry
-from engine.services.client import InstanceState, StatusView, WorkflowClient
+from engine.services.client import RETRY_REASON, InstanceState, StatusView, WorkflowClient
 
 __all__ = [
     "AsyncClient",
@@ -45,9 +45,6 @@ __all__ = [
 ]
 
 R = TypeVar("R")
-
-#: The reason recorded for the resume that ``retry`` sends.
-RETRY_REASON = "retry"
 
 
 def _state(status: InstanceStatus | None) -> InstanceState | None:
@@ -235,19 +232,13 @@ class Client:
         return self._start_reader().completion_future(instance_id)
 
 
-class WorkflowHandle(str, Generic[R]):
-    """One instance: its id (this string itself) and what can be done with it.
+class _InstanceHandle(str):
+    """What both handles share: being the instance id, the client, the result type."""
 
-    Being the id, a handle can be printed, stored, compared and used as a dict key; it
-    works wherever an instance id does.
-    """
-
-    _client: Client
+    _client: Any
     _result_type: Any
 
-    def __new__(
-        cls, instance_id: str, client: Client, result_type: Any = None
-    ) -> WorkflowHandle[R]:
+    def __new__(cls, instance_id: str, client: Any, result_type: Any = None) -> Self:
         handle = super().__new__(cls, instance_id)
         handle._client = client
         handle._result_type = result_type
@@ -259,8 +250,18 @@ class WorkflowHandle(str, Generic[R]):
 
     @property
     def result_type(self) -> Any:
-        """What :meth:`result` converts the output to (None: plain JSON)."""
+        """What ``result()`` converts the output to (None: plain JSON)."""
         return self._result_type
+
+
+class WorkflowHandle(_InstanceHandle, Generic[R]):
+    """One instance: its id (this string itself) and what can be done with it.
+
+    Being the id, a handle can be printed, stored, compared and used as a dict key; it
+    works wherever an instance id does.
+    """
+
+    _client: Client
 
     def result(self, timeout: float | None = None) -> R:
         """Wait until the instance ends and return its result (converted to the workflow's
@@ -396,28 +397,10 @@ class AsyncClient:
         return InstanceState(status)
 
 
-class AsyncWorkflowHandle(str, Generic[R]):
+class AsyncWorkflowHandle(_InstanceHandle, Generic[R]):
     """:class:`WorkflowHandle` for asyncio code: the instance id, with awaitable methods."""
 
     _client: AsyncClient
-    _result_type: Any
-
-    def __new__(
-        cls, instance_id: str, client: AsyncClient, result_type: Any = None
-    ) -> AsyncWorkflowHandle[R]:
-        handle = super().__new__(cls, instance_id)
-        handle._client = client
-        handle._result_type = result_type
-        return handle
-
-    @property
-    def instance_id(self) -> str:
-        return str(self)
-
-    @property
-    def result_type(self) -> Any:
-        """What :meth:`result` converts the output to (None: plain JSON)."""
-        return self._result_type
 
     async def result(self, timeout: float | None = None) -> R:
         """As :meth:`WorkflowHandle.result`."""

@@ -23,7 +23,7 @@ from typing import Any
 from engine.core.errors import CodecError
 from engine.core.failure import FailureDetails
 from engine.core.history import EVENT_TYPES, HistoryEvent, RuntimeStatus
-from engine.core.instance_row import InstanceRow, PendingEvent
+from engine.core.instance_row import InstanceRow, Parked, PendingEvent
 from engine.core.messages import (
     COMMAND_TYPES,
     ActivityResult,
@@ -58,6 +58,7 @@ _PLAIN_RECORDS: dict[str, type] = {
         *MESSAGE_RECORD_TYPES,
         InstanceRow,
         PendingEvent,
+        Parked,
     )
 }
 _COMMAND_BODIES: dict[str, type] = {cls.__name__: cls for cls in COMMAND_TYPES}

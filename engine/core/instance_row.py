@@ -2,7 +2,8 @@
 
 It holds what the status record shows plus the engine's own bookkeeping: where the current
 generation's history starts, the next sequence number, the tail of the hash chain, events
-raised before the instance started, and a start that waits for its scheduled time. It is
+raised before the instance started, a start that waits for its scheduled time, and what a
+parked instance waits with (``engine/services/processor/parking.py``). It is
 an Avro record like every other (``schemas/InstanceRow.avsc``), so the changelog can be
 read by any Avro tool and evolves under the same rules.
 """
@@ -24,6 +25,21 @@ class PendingEvent:
     name: str
     input: Payload | None
     received_ms: int
+
+
+@dataclass(slots=True)
+class Parked:
+    """Why an instance waits for fixed code, when it is retried, and the events it keeps.
+
+    ``inbox`` holds the inbound events of the turn that raised and of every turn since, in
+    order, each as a ``HistoryEvent`` record (single-object Avro, generation -1 when the
+    event named none), so that the core needs no codec and the row stays one Avro record.
+    """
+
+    attempts: int
+    retry_at_ms: int
+    failure: FailureDetails
+    inbox: list[bytes] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -50,6 +66,8 @@ class InstanceRow:
     last_hash: bytes = b""
     pending_events: list[PendingEvent] = field(default_factory=list)
     scheduled_start: StartWorkflow | None = None
+    #: Set while a bug in the workflow code keeps the instance waiting for a fix.
+    parked: Parked | None = None
 
     @property
     def exists(self) -> bool:

@@ -42,6 +42,7 @@ from engine.runtime.jsonhistory import failure_to_json
 from engine.runtime.registry import Registry, default_registry
 
 __all__ = [
+    "RETRY_REASON",
     "CommandSink",
     "InstanceState",
     "StatusPredicate",
@@ -52,6 +53,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: The reason recorded for the resume that ``retry`` sends (a parked instance runs again).
+RETRY_REASON = "retry"
 
 StatusPredicate = Callable[[InstanceStatus], bool]
 

@@ -26,7 +26,13 @@ from engine.core.history import HistoryEvent
 from engine.core.keys import murmur2_partition
 from engine.core.messages import DeadLetter, IdReusePolicy, Message
 from engine.runtime.registry import Registry, default_registry
-from engine.services.client import InstanceState, StatusView, WorkflowClient, is_completed
+from engine.services.client import (
+    RETRY_REASON,
+    InstanceState,
+    StatusView,
+    WorkflowClient,
+    is_completed,
+)
 from engine.services.processor.memory_store import MemoryPartitionStore
 from engine.services.processor.partition import Environment, PartitionProcessor
 from engine.services.processor.protocol import BatchMetrics, NoMetrics, Step
@@ -105,6 +111,7 @@ class TestEngine:
             partitions=partitions,
             pending_events_max=base.pending_events_max,
             pending_events_ttl_ms=base.pending_events_ttl_ms,
+            park_workflow_errors=base.park_workflow_errors,
             cache_capacity=max(100, base.cache_instances // partitions),
         )
         self.processors = {
@@ -122,15 +129,30 @@ class TestEngine:
         self._metrics: BatchMetrics = metrics or NoMetrics()
         self._view = StatusView()
         self._view.mark_ready()
+        self._replacements = dict(activities or {})
+        self._env = env
+        self.client, self._worker = self._clients(self.registry)
+
+    def _clients(self, registry: Registry) -> tuple[WorkflowClient, Worker]:
         sink = _CommandSink(self._produce, self.topics.commands)
-        self.client = WorkflowClient(sink, self._view, registry=self.registry)
-        worker_registry = _with_replacements(self.registry, activities or {})
-        self._worker = Worker(
-            worker_registry, source_topic=self.topics.activity_tasks, concurrency=1
-        )
-        self._worker.assigned(range(partitions))
+        client = WorkflowClient(sink, self._view, registry=registry)
+        worker_registry = _with_replacements(registry, self._replacements)
+        worker = Worker(worker_registry, source_topic=self.topics.activity_tasks, concurrency=1)
+        worker.assigned(range(len(self.processors)))
+        return client, worker
 
     # --- lifecycle --------------------------------------------------------------------------
+
+    def deploy(self, registry: Registry) -> None:
+        """Run other code from now on, as a deploy and restart would: the processors forget
+        their hot instances (each is rebuilt from its history with the new workflows on its
+        next turn) and activities run from ``registry`` (with the same replacements)."""
+        self._worker.shutdown()
+        self.registry = registry
+        self._env.registry = registry
+        for pp in self.processors.values():
+            pp.cache.clear()
+        self.client, self._worker = self._clients(registry)
 
     def close(self) -> None:
         self._worker.shutdown()
@@ -188,6 +210,10 @@ class TestEngine:
 
     def purge(self, instance_id: str) -> None:
         self.client.purge(instance_id)
+
+    def retry(self, instance_id: str) -> None:
+        """Run a parked instance again now (as ``Client.retry``: a resume)."""
+        self.client.resume(instance_id, RETRY_REASON)
 
     def send(self, command: Message) -> None:
         """Send a hand-made command record (for tests of the wire contract)."""

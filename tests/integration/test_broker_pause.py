@@ -57,14 +57,31 @@ def _clear_exit(proc: EngineProcess) -> None:
     assert any(reason in log for reason in reasons), proc.log_tail()
 
 
+#: What a process logs once it works again, by kind.
+ACTIVE = {"processor": " restored: ", "worker": "assigned ["}
+
+
 def _supervise(engine: RunningEngine) -> None:
-    """Restart every engine process that ended, as a supervisor would, after checking that
-    it ended by itself with a reason rather than hanging."""
-    for proc in [*engine.processors.values(), *engine.workers.values()]:
+    """Restart every engine process that ended, as a supervisor would (again, with a pause,
+    while the broker is still coming back), after checking that it ended by itself with a
+    reason rather than hanging."""
+    kinds = [("processor", p) for p in engine.processors.values()]
+    kinds += [("worker", w) for w in engine.workers.values()]
+    for kind, proc in kinds:
         assert isinstance(proc, EngineProcess)
-        if not proc.alive:
-            _clear_exit(proc)
-            proc.start()
+        for _ in range(10):
+            if proc.alive and ACTIVE[kind] in proc.current_log():
+                break
+            if not proc.alive:
+                _clear_exit(proc)
+                time.sleep(2.0)
+                proc.start()
+            wait_until(
+                lambda p=proc, k=kind: ACTIVE[k] in p.current_log() or not p.alive,
+                HANG,
+                what=f"{proc.name} to work again or exit",
+            )
+        assert proc.alive and ACTIVE[kind] in proc.current_log(), proc.log_tail()
 
 
 def test_a_processor_on_a_paused_broker_recovers_or_exits_and_obeys_sigterm(
@@ -93,7 +110,6 @@ def test_a_processor_on_a_paused_broker_recovers_or_exits_and_obeys_sigterm(
             finally:
                 os.kill(pid, signal.SIGCONT)
             _supervise(engine)
-            proc.wait_for_log(" restored: ")
 
             # 2. SIGTERM while the broker is paused: the processor stops within its grace
             _load(engine, 2000, expected)

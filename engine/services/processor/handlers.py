@@ -42,7 +42,7 @@ from engine.core.messages import (
     TerminateWorkflow,
 )
 from engine.runtime.executor import WorkflowExecution
-from engine.services.processor import keys
+from engine.services.processor import keys, parking
 from engine.services.processor.batch import Batch
 from engine.services.processor.outcome import step_instance
 from engine.services.processor.state import Loaded
@@ -302,6 +302,9 @@ def fire_timer(b: Batch, timer: keys.TimerKey, now_ms: int) -> None:
     if timer.generation != meta.generation:
         b.counters.reject("TimerFired")
         return  # a timer of an older generation: dropped, never applied
+    if timer.task_id == parking.PARK_TIMER:
+        parking.retry_due(b, item)
+        return
     if timer.task_id == START_TIMER:
         if meta.status is RuntimeStatus.PENDING and meta.scheduled_start is not None:
             begin(b, item, meta.scheduled_start, now_ms)

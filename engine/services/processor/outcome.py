@@ -31,7 +31,7 @@ from engine.core.messages import (
     TerminateWorkflow,
 )
 from engine.runtime import actions as act
-from engine.services.processor import keys
+from engine.services.processor import keys, parking
 from engine.services.processor.batch import Batch
 from engine.services.processor.state import Loaded
 
@@ -40,14 +40,19 @@ log = logging.getLogger("engine.processor")
 
 def step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
     """Run the instance's code on its inbox and record everything it decided."""
-    inbox, item.inbox = item.inbox, []
+    inbox = parking.take_inbox(b, item)
+    if inbox is None:
+        return  # parked: the events wait for its retry
     meta = item.meta
     b.counters.turns += 1
     try:
         execution = b.execution(item)
         result = execution.step(inbox, now_ms)
     except Exception as exc:
-        _fail_instance(b, item, exc, now_ms)
+        if not parking.parks_turn(b, item, inbox, exc, now_ms):
+            _fail_instance(b, item, exc, now_ms)
+        return
+    if parking.parks_turn(b, item, inbox, parking.code_error(item, result), now_ms):
         return
     for rejected in result.rejected:
         b.counters.reject(rejected.inbound.body.KIND)

@@ -134,6 +134,8 @@ class Loaded:
     meta: InstanceRow
     execution: WorkflowExecution | None = None
     inbox: list[Inbound] = field(default_factory=list)
+    #: A parked instance's retry runs in this batch (set by ``parking``, never stored).
+    retrying: bool = False
 
 
 class InstanceCache:
@@ -178,3 +180,5 @@ class Environment:
     pending_events_max: int
     pending_events_ttl_ms: int
     cache_capacity: int = 10000
+    #: Park instances whose workflow code raised unexpectedly instead of failing them.
+    park_workflow_errors: bool = True

@@ -217,13 +217,27 @@ def test_scheduled_start_waits_for_its_timer(env: TestEngine) -> None:
     assert env.get("s").status is RuntimeStatus.COMPLETED  # type: ignore[union-attr]
 
 
-def test_unknown_workflow_fails_alone(env: TestEngine) -> None:
+def test_unknown_workflow_waits_alone(env: TestEngine) -> None:
+    """An unregistered workflow parks (tests/unit/processor/test_parking.py); the others
+    in its batch go on."""
     env.send(StartWorkflow("x", name="no-such-workflow"))
     env.start("inline3", 1, instance_id="a")
     env.run()
     x, a = env.get("x"), env.get("a")
-    assert x is not None and x.status is RuntimeStatus.FAILED and x.failure is not None
+    assert x is not None and x.status is RuntimeStatus.RUNNING
     assert a is not None and a.status is RuntimeStatus.COMPLETED
+
+
+def test_unknown_workflow_fails_alone_with_parking_off() -> None:
+    settings = Settings(pending_events_max=2, park_workflow_errors=False)
+    with TestEngine(registry, settings=settings) as env:
+        env.send(StartWorkflow("x", name="no-such-workflow"))
+        env.start("inline3", 1, instance_id="a")
+        env.run()
+        x, a = env.get("x"), env.get("a")
+        assert x is not None and x.status is RuntimeStatus.FAILED and x.failure is not None
+        assert x.failure.type == "NotRegisteredError"
+        assert a is not None and a.status is RuntimeStatus.COMPLETED
 
 
 def test_history_and_status_name_the_version_that_ran(env: TestEngine) -> None:
