@@ -95,6 +95,7 @@ class Progress(Counters):
     produce_s: float = 0.0
     offsets_s: float = 0.0
     commit_s: float = 0.0
+    restores: int = 0
     restored_records: int = 0
     restore_s: float = 0.0
     #: changelog partitions whose restore had to wait for an open transaction, and how long
@@ -122,7 +123,11 @@ class ProcessorRunner:
         on_assigned: Callable[[list[int]], None] | None = None,
         clock: Clock | None = None,
         metrics: BatchMetrics | None = None,
+        count_statuses: bool = False,
     ) -> None:
+        """``count_statuses``: keep each owned partition's instances per status
+        (``PartitionProcessor.statuses``), at the cost of one scan of its instance rows when
+        it is assigned; a metrics exporter turns on what it serves."""
         self.settings = settings
         self.topics: TopicNames = topic_names(settings.namespace)
         self.env = Environment(
@@ -139,6 +144,12 @@ class ProcessorRunner:
         self.progress = Progress()
         self._clock: Clock = clock or SystemClock()
         self._metrics: BatchMetrics = metrics or NoMetrics()
+        self._count_statuses = count_statuses
+        #: True once the first assignment is restored (a readiness probe's answer).
+        self.ready = False
+        #: Records behind each consumed input partition's end, after its last commit (from
+        #: the high watermark of the last fetch, no broker round trip).
+        self.lag: dict[tuple[str, int], int] = {}
         self._on_assigned = on_assigned
         self._batch_start: dict[tuple[str, int], int] = {}
         self._stop: threading.Event | None = None
@@ -287,6 +298,7 @@ class ProcessorRunner:
             self._abandon()
             raise
         self.progress.transactions += 1
+        self._note_lag(offsets)
         # 8. apply the committed changes to RocksDB, with the changelog offsets reached
         self._apply(batches, delivered)
         self._observe(Step.APPLY, t, sum(len(b.changes) for b in batches.values()))
@@ -316,6 +328,12 @@ class ProcessorRunner:
             setattr(self.progress, field, getattr(self.progress, field) + seconds)
         self._metrics.observe(step, seconds, count)
         return now
+
+    def _note_lag(self, positions: list[TopicPartition]) -> None:
+        for tp in positions:
+            _, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            if high >= 0:
+                self.lag[(tp.topic, tp.partition)] = max(high - tp.offset, 0)
 
     def _consumed_positions(self) -> list[TopicPartition]:
         if not self._batch_start:
@@ -370,17 +388,23 @@ class ProcessorRunner:
                 pp.close()
             consumer.pause([tp for tp in assigned if tp.partition in opened])
             raise
+        if self._count_statuses:
+            for pp in opened.values():
+                pp.count_statuses()
         self.partitions.update(opened)
+        self.ready = True
         if self._on_assigned is not None:
             self._on_assigned(sorted(self.partitions))
 
     def _revoked(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:
         if any(not pp.batch.empty for pp in self.partitions.values()) or self._batch_start:
             self._commit(self._clock.now_ms())
-        for p in sorted({tp.partition for tp in revoked}):
+        gone = {tp.partition for tp in revoked}
+        for p in sorted(gone):
             pp = self.partitions.pop(p, None)
             if pp is not None:
                 pp.close()
+        self.lag = {tp: n for tp, n in self.lag.items() if tp[1] not in gone}
 
     def _open_partition(self, partition: int) -> PartitionProcessor:
         path = (
@@ -396,6 +420,7 @@ class ProcessorRunner:
         if not opened:
             return
         report = restore_partitions(self.settings, self.topics, opened, stop=self._stop)
+        self.progress.restores += 1
         self.progress.restored_records += report.records
         self.progress.restore_s += report.seconds
         self.progress.restore_waits += len(report.waits)

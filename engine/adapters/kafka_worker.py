@@ -31,6 +31,7 @@ from engine.adapters.kafka_io import (
     poll_batch,
     resume_partitions,
 )
+from engine.adapters.metrics import WorkerMetrics
 from engine.config.settings import Settings
 from engine.config.topics import topic_names
 from engine.core.errors import BrokerError
@@ -76,17 +77,21 @@ class KafkaWorker:
         commit_interval_s: float = 0.05,
         shutdown_timeout_s: float = 30.0,
         consumer_overrides: dict[str, Any] | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.topics = topic_names(settings.namespace)
         self.worker_id = worker_id or settings.worker_id
+        self.metrics = metrics or WorkerMetrics()
         self.worker = Worker(
             registry,
             source_topic=self.topics.activity_tasks,
             concurrency=concurrency or settings.worker_concurrency,
             prefetch=prefetch,
             worker_id=self.worker_id,
+            observer=self.metrics,
         )
+        self.metrics.attach(lambda: self.worker.running, lambda: self.worker.queued)
         self.policy = CommitPolicy(commit_interval_s)
         self.shutdown_timeout_s = shutdown_timeout_s
         self.consumer_overrides = dict(consumer_overrides or {})
@@ -179,7 +184,17 @@ class KafkaWorker:
         self._send(self.worker.collect(wait))
         self._apply_flow()
         if self.policy.due(idle=self.worker.idle and not records):
+            self._catch_up()
             self._commit()
+
+    def _catch_up(self) -> None:
+        """Let idle partitions commit the consumer's position (past transaction markers).
+        Only here, between polls: inside a rebalance callback the consumer may have handed
+        out records the worker has not taken yet."""
+        assignment = self.consumer.assignment()
+        if assignment:
+            positions = self.consumer.position(assignment)
+            self.worker.offsets.caught_up({tp.partition: tp.offset for tp in positions})
 
     def _poll(self) -> list[TaskRecord]:
         busy = self.worker.running > 0
@@ -272,6 +287,11 @@ class KafkaWorker:
         self.policy.closed()
         self.worker.committed(offsets)
         self.transactions += 1
+        for p, offset in offsets.items():
+            tp = TopicPartition(self.topics.activity_tasks, p)
+            _, high = self.consumer.get_watermark_offsets(tp, cached=True)
+            if high >= 0:
+                self.metrics.consumer_lag(p, high - offset)
 
     def _recover(self, cause: BaseException) -> None:
         """After an abort: produce the worker's uncommitted output again in a new transaction
@@ -317,6 +337,7 @@ class KafkaWorker:
         self._send(self.worker.collect())
         self._commit()
         self.worker.revoked(tp.partition for tp in partitions)
+        self.metrics.partitions_dropped(tp.partition for tp in partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Lost partitions can no longer take offsets: abort and re-produce the rest."""

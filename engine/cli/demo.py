@@ -24,6 +24,7 @@ from typing import Any
 
 from engine.adapters.kafka_config import BOOTSTRAP_ENV
 from engine.cli import SubParsers
+from engine.cli.options import add_metrics_arguments
 from engine.config.settings import Settings, load_settings
 from engine.dev.local_kafka import LocalKafka
 
@@ -42,6 +43,14 @@ def register(subparsers: SubParsers) -> None:
         "--keep-broker", action="store_true", help="leave a broker started by the demo running"
     )
     demo.add_argument("--timeout", type=float, default=120.0, help="seconds per order (120)")
+    add_metrics_arguments(demo)
+    demo.add_argument(
+        "--linger",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="with --metrics-port, keep serving the metrics this long after the orders end",
+    )
     demo.set_defaults(handler=_run)
 
 
@@ -67,15 +76,28 @@ def _broker(keep: bool) -> Iterator[str]:
 
 
 @contextmanager
-def _engine(settings: Settings) -> Iterator[None]:
-    """A processor replica and a worker on threads of this process."""
+def _engine(settings: Settings, args: argparse.Namespace) -> Iterator[None]:
+    """A processor replica and a worker on threads of this process, with their metrics on
+    ``--metrics-port`` if given."""
+    from prometheus_client import CollectorRegistry
+
     from engine.adapters.kafka_processor import ProcessorRunner
     from engine.adapters.kafka_worker import KafkaWorker
+    from engine.adapters.metrics import ProcessorMetrics, WorkerMetrics
+    from engine.cli.observe import metrics_endpoint
     from engine.runtime.registry import default_registry
 
     stop = threading.Event()
-    runner = ProcessorRunner(settings, default_registry)
-    worker = KafkaWorker(settings, default_registry)
+    registry = CollectorRegistry()
+    metrics = ProcessorMetrics(registry)
+    runner = ProcessorRunner(
+        settings,
+        default_registry,
+        metrics=metrics,
+        count_statuses=args.metrics_port is not None,
+    )
+    metrics.watch(runner)
+    worker = KafkaWorker(settings, default_registry, metrics=WorkerMetrics(registry))
     threads = [
         threading.Thread(target=runner.run, args=(stop,), name="processor", daemon=True),
         threading.Thread(target=worker.run, args=(stop,), name="worker", daemon=True),
@@ -83,7 +105,13 @@ def _engine(settings: Settings) -> Iterator[None]:
     for thread in threads:
         thread.start()
     try:
-        yield
+        with metrics_endpoint(args, registry, lambda: metrics.ready) as server:
+            if server is not None:
+                _say(f"metrics on {server.url}/metrics")
+            yield
+            if server is not None and args.linger > 0:
+                _say(f"serving metrics for {args.linger:.0f}s more (Ctrl-C ends)")
+                stop.wait(args.linger)
     finally:
         stop.set()
         for thread in threads:
@@ -103,7 +131,7 @@ def _run(args: argparse.Namespace) -> int:
         ensure_reachable(settings, settings.connect_timeout_s)
         _say(f"Kafka at {bootstrap}; creating the demo topics (namespace 'demo')")
         apply(load_spec(), settings)
-        with _engine(settings):
+        with _engine(settings, args):
             _say("processor and worker running")
             ok = _orders(settings, args.timeout)
     return 0 if ok else 1

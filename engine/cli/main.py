@@ -27,6 +27,7 @@ from engine.cli import (
     history_cmds,
     processor_cmd,
     topics,
+    ui_cmd,
     worker_cmd,
 )
 from engine.core.errors import BrokerUnreachableError, TurnstileError
@@ -54,6 +55,7 @@ COMMAND_MODULES: tuple[CommandModule, ...] = (
     dev,
     history_cmds,
     audit_cmds,
+    ui_cmd,
 )
 
 

@@ -16,6 +16,7 @@ from engine.core.errors import ConfigurationError
 
 __all__ = [
     "add_log_level_argument",
+    "add_metrics_arguments",
     "add_module_arguments",
     "add_settings_arguments",
     "configure_logging",
@@ -157,3 +158,23 @@ def require_registered(names: Sequence[object], kind: str) -> None:
             f"no {kind} are registered; pass the module(s) that define them with --module "
             f"(for example --module myapp.{kind})"
         )
+
+
+def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--metrics-port`` and ``--metrics-host``: serve Prometheus metrics, /healthz and
+    /readyz from this process."""
+    group = parser.add_argument_group("metrics")
+    group.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics on /metrics, and /healthz and /readyz, on this port "
+        "(default: no metrics endpoint)",
+    )
+    group.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="ADDRESS",
+        help="address the metrics endpoint binds to (127.0.0.1; 0.0.0.0 for a scraper on "
+        "another host)",
+    )

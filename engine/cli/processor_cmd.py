@@ -11,12 +11,17 @@ import logging
 import threading
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from engine.adapters import kafka_admin
 from engine.adapters.kafka_processor import ProcessorRunner
 from engine.adapters.kafka_worker import KafkaWorker
+from engine.adapters.metrics import ProcessorMetrics, WorkerMetrics
 from engine.cli import SubParsers
+from engine.cli.observe import metrics_endpoint
 from engine.cli.options import (
     add_log_level_argument,
+    add_metrics_arguments,
     add_module_arguments,
     add_settings_arguments,
     configure_logging,
@@ -65,6 +70,7 @@ def _add_processor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", help="folder for the RocksDB tables")
     parser.add_argument("--partitions", type=int, help="partition count of the topics (32)")
     add_log_level_argument(parser)
+    add_metrics_arguments(parser)
 
 
 def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
@@ -87,11 +93,18 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
 
 def _run_processor(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    runner = ProcessorRunner(settings, default_registry)
+    metrics = ProcessorMetrics(CollectorRegistry())
+    runner = ProcessorRunner(
+        settings,
+        default_registry,
+        metrics=metrics,
+        count_statuses=args.metrics_port is not None,
+    )
+    metrics.watch(runner)
     stop = threading.Event()
     reporter = threading.Thread(target=report_progress, args=(runner, stop), daemon=True)
     reporter.start()
-    with stop_on_signals(stop):
+    with metrics_endpoint(args, metrics.registry, lambda: metrics.ready), stop_on_signals(stop):
         runner.run(stop)
     return 0
 
@@ -99,11 +112,22 @@ def _run_processor(args: argparse.Namespace) -> int:
 def _run_all(args: argparse.Namespace) -> int:
     settings = _settings(args, worker_concurrency=args.concurrency, worker_id=args.worker_id)
     stop = threading.Event()
-    worker = KafkaWorker(settings, default_registry)
+    registry = CollectorRegistry()
+    worker = KafkaWorker(settings, default_registry, metrics=WorkerMetrics(registry))
     worker_thread = threading.Thread(target=worker.run, args=(stop,), name="worker")
-    runner = ProcessorRunner(settings, default_registry)
+    metrics = ProcessorMetrics(registry)
+    runner = ProcessorRunner(
+        settings,
+        default_registry,
+        metrics=metrics,
+        count_statuses=args.metrics_port is not None,
+    )
+    metrics.watch(runner)
     reporter = threading.Thread(target=report_progress, args=(runner, stop), daemon=True)
-    with stop_on_signals(stop, STOP_GRACE_S + worker.shutdown_timeout_s):
+    with (
+        metrics_endpoint(args, registry, lambda: metrics.ready),
+        stop_on_signals(stop, STOP_GRACE_S + worker.shutdown_timeout_s),
+    ):
         worker_thread.start()
         reporter.start()
         try:

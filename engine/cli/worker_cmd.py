@@ -18,11 +18,16 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
+from prometheus_client import CollectorRegistry
+
 from engine.adapters.kafka_deadline import end_process_stuck
 from engine.adapters.kafka_worker import KafkaWorker
+from engine.adapters.metrics import WorkerMetrics
 from engine.cli import SubParsers
+from engine.cli.observe import metrics_endpoint
 from engine.cli.options import (
     add_log_level_argument,
+    add_metrics_arguments,
     add_module_arguments,
     add_settings_arguments,
     configure_logging,
@@ -65,6 +70,7 @@ def register(subparsers: SubParsers) -> None:
         help="seconds to let running activities finish when stopping (30)",
     )
     add_log_level_argument(worker)
+    add_metrics_arguments(worker)
     worker.set_defaults(handler=_run_worker)
 
 
@@ -123,9 +129,15 @@ def _run_worker(args: argparse.Namespace) -> int:
     names = sorted(a.name for a in default_registry.activities())
     require_registered(names, "activities")
     log.info("activities: %s", ", ".join(names))
-    worker = KafkaWorker(settings, default_registry, shutdown_timeout_s=args.shutdown_timeout)
+    metrics = WorkerMetrics(CollectorRegistry())
+    worker = KafkaWorker(
+        settings, default_registry, shutdown_timeout_s=args.shutdown_timeout, metrics=metrics
+    )
     stop = threading.Event()
-    with stop_on_signals(stop, STOP_GRACE_S + args.shutdown_timeout):
+    with (
+        metrics_endpoint(args, metrics.registry, lambda: True),
+        stop_on_signals(stop, STOP_GRACE_S + args.shutdown_timeout),
+    ):
         worker.run(stop)
     if worker.worker.running:
         # Threads running user code cannot be interrupted; do not hang the exit on them.

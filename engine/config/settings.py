@@ -24,12 +24,14 @@ from engine.core.errors import ConfigurationError
 ENV_PREFIX = "TURNSTILE_"
 
 #: ``TURNSTILE_*`` variables that are not settings but are read elsewhere: the config file,
-#: the schema folder override, the local broker's folders, and development tools.
+#: the schema folder override, the local broker's folders, the dashboard's token, and
+#: development tools.
 OTHER_ENV = {
     "TURNSTILE_CONFIG": "the TOML settings file",
     "TURNSTILE_SCHEMA_DIR": "a folder of Avro schemas to use instead of the installed ones",
     "TURNSTILE_KAFKA_DIR": "data folder of the local development broker",
     "TURNSTILE_CACHE_DIR": "cache of the local development broker's jars",
+    "TURNSTILE_UI_TOKEN": "the token the dashboard's actions need (turnstile ui --token)",
     "TURNSTILE_UPDATE_GOLDEN": "tests: rewrite golden files",
     "TURNSTILE_PEERS_TMP": "benchmarks: scratch folder of the peer systems",
 }

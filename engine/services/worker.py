@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from engine.codec import decode_message, encode_message
 from engine.core.activity_info import ActivityContext, activity_scope
@@ -96,6 +96,14 @@ class Completion:
     epoch: int
     output: Payload | None = None
     failure: FailureDetails | None = None
+    duration_s: float = 0.0
+
+    @property
+    def outcome(self) -> str:
+        """``success``, ``timeout`` or ``failure``: the result label of the metrics."""
+        if self.failure is None:
+            return "success"
+        return "timeout" if self.failure.type == "TimeoutError" else "failure"
 
     def result(self) -> ActivityResult:
         t = self.task
@@ -234,6 +242,17 @@ def _finish(
     on_done(output, None)
 
 
+class ActivityObserver(Protocol):
+    """What a worker tells its metrics about each attempt (called on the loop's thread)."""
+
+    def started(self, activity: str) -> None:
+        """An attempt of ``activity`` was taken and is starting (or queued to start)."""
+
+    def finished(self, activity: str, result: str, duration_s: float) -> None:
+        """An attempt ended with ``result`` (success, failure, timeout) after running
+        ``duration_s`` seconds."""
+
+
 # --- offsets -------------------------------------------------------------------------------
 
 
@@ -294,6 +313,18 @@ class OffsetTracker:
     def is_current(self, partition: int, epoch: int) -> bool:
         part = self._parts.get(partition)
         return part is not None and part.epoch == epoch
+
+    def caught_up(self, positions: Mapping[int, int]) -> None:
+        """The consumer's positions, read right after a poll whose records were all taken:
+        a partition with nothing running may commit up to its position. The position passes
+        the transaction markers after the last task (they are no records), so the committed
+        offset meets the log end and an idle worker's lag reads 0, not 1."""
+        for p, position in positions.items():
+            part = self._parts.get(p)
+            if part is None or part.running or position < 0:
+                continue
+            if part.next_offset is None or position > part.next_offset:
+                part.next_offset = position
 
     def to_commit(self) -> dict[int, int]:
         """Offsets (next to read) that moved past what was last committed."""
@@ -382,6 +413,7 @@ class Worker:
         prefetch: int | None = None,
         worker_id: str = "",
         runner: ActivityRunner | None = None,
+        observer: ActivityObserver | None = None,
     ) -> None:
         if concurrency < 1:
             raise TurnstileError(f"worker concurrency must be at least 1, got {concurrency}")
@@ -392,6 +424,7 @@ class Worker:
         self.prefetch = 4 * concurrency if prefetch is None else max(prefetch, 0)
         self.worker_id = worker_id
         self.runner = runner or ActivityRunner(concurrency, worker_id)
+        self.observer = observer
         self.offsets = OffsetTracker()
         self._backlog: deque[_Pending] = deque()
         self._done: queue.SimpleQueue[Completion] = queue.SimpleQueue()
@@ -410,6 +443,11 @@ class Worker:
     def load(self) -> int:
         """Running plus waiting tasks: what the pause decision looks at."""
         return self._running + len(self._backlog)
+
+    @property
+    def queued(self) -> int:
+        """Tasks taken and waiting for a free slot."""
+        return len(self._backlog)
 
     @property
     def free(self) -> int:
@@ -442,6 +480,8 @@ class Worker:
                 self.stats["dead"] += 1
                 continue
             self.stats["tasks"] += 1
+            if self.observer is not None:
+                self.observer.started(task.name)
             self._backlog.append(_Pending(task, record.partition, record.offset, epoch))
         self._start_backlog()
         self._outbox.extend(letters)
@@ -465,8 +505,13 @@ class Worker:
             self._start(pending)
 
     def _start(self, p: _Pending) -> None:
+        began = time.monotonic()
+
         def done(output: Payload | None, failure: FailureDetails | None) -> None:
-            self._done.put(Completion(p.task, p.partition, p.offset, p.epoch, output, failure))
+            took = time.monotonic() - began
+            self._done.put(
+                Completion(p.task, p.partition, p.offset, p.epoch, output, failure, took)
+            )
 
         try:
             fn = self.registry.get_activity(p.task.name).fn
@@ -502,6 +547,10 @@ class Worker:
             return out
         while True:
             self._running -= 1
+            if self.observer is not None:
+                self.observer.finished(
+                    completion.task.name, completion.outcome, completion.duration_s
+                )
             result = self._result(completion)
             if result is not None:
                 out.append(result)

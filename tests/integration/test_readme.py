@@ -6,8 +6,8 @@ renders as nothing:
 - ``<!-- file: NAME -->``: the block is saved as NAME in the folder the other blocks run in;
 - ``<!-- run: kafka -->``: a bash block runs there with ``bash -e``, a python block with
   the interpreter, against the test broker (the README's ``127.0.0.1:9092`` is replaced by
-  its address) in a namespace of its own; variables a bash block exports stay set for the
-  blocks after it, as in the reader's shell;
+  its address, its metrics port ``9464`` by a free one) in a namespace of its own;
+  variables a bash block exports stay set for the blocks after it, as in the reader's shell;
 - ``<!-- run: background -->``: a bash block that keeps running (``turnstile run all``)
   while the blocks after it run, and must stop cleanly on SIGTERM;
 - ``<!-- check: settings -->``: a TOML block that must load as a settings file;
@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -36,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
 README_BROKER = "127.0.0.1:9092"
+#: The README's metrics port, replaced by a free one (the machine may run other engines).
+README_METRICS_PORT = re.compile(r"(?<=--metrics-port )9464\b|(?<=127\.0\.0\.1:)9464\b")
 MARKER = re.compile(r"<!--\s*(file|run|check|not run):\s*(.*?)\s*-->")
 FENCE = re.compile(r"^```(\w*)\s*$")
 #: Languages whose blocks are code (output samples are ``text``).
@@ -147,9 +150,20 @@ def _environment(bootstrap: str, tmp_path: Path) -> dict[str, str]:
 EXPORT = re.compile(r"^export (\w+)=", re.MULTILINE)
 
 
-def _run_block(block: Block, cwd: Path, env: dict[str, str], bootstrap: str) -> None:
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _localize(body: str, bootstrap: str, metrics_port: int) -> str:
+    """The block as it runs here: the test broker and a free metrics port."""
+    return README_METRICS_PORT.sub(str(metrics_port), body.replace(README_BROKER, bootstrap))
+
+
+def _run_block(block: Block, cwd: Path, env: dict[str, str], bootstrap: str, port: int) -> None:
     """Run one block; what it exports is added to ``env``."""
-    body = block.body.replace(README_BROKER, bootstrap)
+    body = _localize(block.body, bootstrap, port)
     exported = EXPORT.findall(body)
     dump_file = cwd.parent / f"exports-{block.line}"
     if block.language == "python":
@@ -176,6 +190,7 @@ def test_the_readme_runs_as_written(kafka_bootstrap: str, tmp_path: Path) -> Non
     folder = tmp_path / "project"
     folder.mkdir()
     env = _environment(kafka_bootstrap, tmp_path)
+    port = _free_port()
     background: list[tuple[Block, subprocess.Popen[str], Path]] = []
     try:
         for block in BLOCKS:
@@ -185,7 +200,11 @@ def test_the_readme_runs_as_written(kafka_bootstrap: str, tmp_path: Path) -> Non
                 log = tmp_path / f"background-{block.line}.log"
                 with log.open("w") as out:
                     process = subprocess.Popen(
-                        ["bash", "-c", f"exec {block.body.strip()}"],
+                        [
+                            "bash",
+                            "-c",
+                            f"exec {_localize(block.body, kafka_bootstrap, port).strip()}",
+                        ],
                         cwd=folder,
                         env=env,
                         stdout=out,
@@ -194,7 +213,7 @@ def test_the_readme_runs_as_written(kafka_bootstrap: str, tmp_path: Path) -> Non
                     )
                 background.append((block, process, log))
             elif block.kind == "run":
-                _run_block(block, folder, env, kafka_bootstrap)
+                _run_block(block, folder, env, kafka_bootstrap, port)
     finally:
         for _block, process, _log in background:
             process.send_signal(signal.SIGTERM)

@@ -194,3 +194,56 @@ def test_a_worker_runs_the_example_activities() -> None:
     assert command[:2] == ["run", "worker"]
     assert "engine.examples.orders" in _option(command, "--module")
     assert _option(command, "--worker-id")
+
+
+# --- metrics: Prometheus and Grafana -----------------------------------------------------------
+
+OPS = COMPOSE_FILE.parent / "engine" / "ops"
+
+
+def _metric_families() -> set[str]:
+    """The names of the engine's metric families (counters without their _total)."""
+    from engine.adapters.metrics import ProcessorMetrics, WorkerMetrics
+
+    return {
+        family.name
+        for metrics in (ProcessorMetrics(), WorkerMetrics())
+        for family in metrics.registry.collect()
+    }
+
+
+def test_prometheus_scrapes_every_engine_process_on_its_metrics_port() -> None:
+    services = _services()
+    scraped = yaml.safe_load((OPS / "prometheus.yml").read_text(encoding="utf-8"))
+    targets = {
+        t for job in scraped["scrape_configs"] for c in job["static_configs"] for t in c["targets"]
+    }
+    for name in (*PROCESSORS, "worker"):
+        command = _command(services[name])
+        port = _option(command, "--metrics-port")
+        assert port, f"{name} serves no metrics"
+        assert f"{name}:{port[0]}" in targets, f"Prometheus does not scrape {name}"
+    mounted = services["prometheus"]["volumes"]
+    assert "./engine/ops/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in mounted
+
+
+def test_the_grafana_dashboard_only_charts_metrics_the_engine_exposes() -> None:
+    import json
+    import re
+
+    dashboard = json.loads((OPS / "grafana" / "dashboards" / "turnstile.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    used = {m for expr in exprs for m in re.findall(r"\bturnstile_[a-z_]+", expr)}
+    families = _metric_families()
+
+    def family(sample: str) -> str:
+        for suffix in ("_total", "_bucket", "_sum", "_count"):
+            if sample.endswith(suffix) and sample.removesuffix(suffix) in families:
+                return sample.removesuffix(suffix)
+        return sample
+
+    charted = {family(name) for name in used}
+    assert charted <= families, f"charts of unknown metrics: {sorted(charted - families)}"
+    assert families <= charted, f"metrics no panel shows: {sorted(families - charted)}"
+    volumes = _services()["grafana"]["volumes"]
+    assert "./engine/ops/grafana/dashboards:/var/lib/grafana/dashboards:ro" in volumes

@@ -7,6 +7,7 @@ package), so a new sub-package that is not added there would be missing from the
 from __future__ import annotations
 
 import tomllib
+from fnmatch import fnmatch
 from pathlib import Path
 
 import engine
@@ -53,3 +54,12 @@ def test_metadata_is_complete() -> None:
 
 def test_the_changelog_knows_the_version() -> None:
     assert f"## [{engine.__version__}]" in (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+
+
+def test_the_dashboards_static_files_are_package_data() -> None:
+    patterns = PYPROJECT["tool"]["setuptools"]["package-data"]["engine.ui"]
+    ui = ROOT / "engine" / "ui"
+    assets = [p.relative_to(ui).as_posix() for p in (ui / "static").iterdir() if p.is_file()]
+    assert assets, "the dashboard ships its page"
+    unlisted = [a for a in assets if not any(fnmatch(a, pattern) for pattern in patterns)]
+    assert not unlisted, f"add {unlisted} to [tool.setuptools.package-data] engine.ui"

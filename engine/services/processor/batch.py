@@ -12,6 +12,7 @@ import logging
 
 from engine.codec import decode_history, encode_message, instance_key
 from engine.core.errors import TurnstileError
+from engine.core.history import RuntimeStatus
 from engine.core.instance_row import InstanceRow
 from engine.core.messages import Message
 from engine.runtime.executor import WorkflowExecution
@@ -47,6 +48,13 @@ class Batch:
         self.closed = False
         #: The input record being handled (set by the state machine around each handler).
         self.current: RawRecord | None = None
+        #: Each touched instance's status when the batch first loaded it, and the ids whose
+        #: row it removed: what :attr:`status_moves` is computed from when the batch closes.
+        self._status_before: dict[str, RuntimeStatus | None] = {}
+        self._removed: set[str] = set()
+        #: (status before, status after) of every instance whose status the batch changed
+        #: (None: no row), filled when the batch is closed.
+        self.status_moves: list[tuple[RuntimeStatus | None, RuntimeStatus | None]] = []
 
     @property
     def empty(self) -> bool:
@@ -62,10 +70,14 @@ class Batch:
             return item
         item = self._cache.get(instance_id)
         if item is None:
+            self.counters.cache_misses += 1
             meta = self.tables.load_meta(instance_id) or InstanceRow(instance_id)
             item = Loaded(meta)
             self._cache.put(instance_id, item)
+        else:
+            self.counters.cache_hits += 1
         self.touched[instance_id] = item
+        self._status_before[instance_id] = item.meta.status
         return item
 
     def execution(self, item: Loaded) -> WorkflowExecution:
@@ -85,6 +97,7 @@ class Batch:
     def remove(self, meta: InstanceRow) -> None:
         """Delete the instance's row and its status (purge); its history stays on the topic."""
         self._dirty.pop(meta.instance_id, None)
+        self._removed.add(meta.instance_id)
         self.tables.delete_meta(meta.instance_id)
         self.emit(self.env.topics.status, meta.instance_id.encode(), None, self.partition)
 
@@ -104,21 +117,22 @@ class Batch:
         """A message to another instance or to the workers, partitioned by its key."""
         self.emit(topic, instance_key(message.instance_id), encode_message(message), None)
 
-    def dead_letter(self, record: RawRecord, reason: str) -> None:
-        """Park an unusable record with the reason, so the partition can go on."""
-        self.counters.dead_letters += 1
+    def dead_letter(self, record: RawRecord, reason: str, kind: str = "Refused") -> None:
+        """Park an unusable record with the reason, so the partition can go on. ``kind`` is
+        a short, bounded name of the cause (an error class) for the metrics."""
+        self.counters.dead_letter(kind)
         log.warning(
             "dead letter from %s[%d]@%d: %s", record.topic, self.partition, record.offset, reason
         )
         value, headers = dead_letter_of(record, record.topic, reason)
         self.emit(self.env.topics.dead_letters, record.key or b"", value, None, headers)
 
-    def dead_letter_current(self, reason: str) -> None:
+    def dead_letter_current(self, reason: str, kind: str = "Refused") -> None:
         """Park the record being handled: a handler found it valid but cannot keep it."""
         record = self.current
         if record is None:  # pragma: no cover - handlers only run inside accept()
             raise TurnstileError(f"no input record to dead-letter ({reason})")
-        self.dead_letter(record, reason)
+        self.dead_letter(record, reason, kind)
 
     # --- end ------------------------------------------------------------------------------
 
@@ -126,6 +140,7 @@ class Batch:
         """Write the changed rows with their status records, and turn every table change
         into its changelog record; the batch is then ready for the transaction."""
         status_topic = self.env.topics.status
+        self.status_moves = self._status_moves()
         for meta in self._dirty.values():
             self.tables.put_meta(meta)
             if meta.exists:
@@ -136,6 +151,15 @@ class Batch:
         for key, value in self.changes.items():
             self.emit(self._changelog_for(key), key, value, self.partition)
         self.closed = True
+
+    def _status_moves(self) -> list[tuple[RuntimeStatus | None, RuntimeStatus | None]]:
+        moves = []
+        for instance_id, before in self._status_before.items():
+            gone = instance_id in self._removed and instance_id not in self._dirty
+            after = None if gone else self.touched[instance_id].meta.status
+            if after is not before:
+                moves.append((before, after))
+        return moves
 
     def _changelog_for(self, key: bytes) -> str:
         if key[:1] == keys.TIMER:

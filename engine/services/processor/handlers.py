@@ -92,7 +92,7 @@ def _reuse_allowed(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> b
 
 def _refuse(b: Batch, msg: StartWorkflow, reason: str) -> bool:
     """A start the ID-reuse policy refused; a parent learns it as a failed child."""
-    b.counters.rejected += 1
+    b.counters.reject(msg.KIND)
     log.warning("start refused: %s", reason)
     if msg.parent_instance_id is not None:
         failure = FailureDetails("InstanceAlreadyExistsError", reason, retryable=False)
@@ -214,7 +214,8 @@ def _keep_pending(b: Batch, meta: InstanceRow, msg: RaiseEvent, now: int) -> Non
     if len(kept) >= b.env.pending_events_max:
         b.dead_letter_current(
             f"instance {msg.instance_id} has not started and already holds "
-            f"{len(kept)} pending events (pending_events_max); start it or raise the bound"
+            f"{len(kept)} pending events (pending_events_max); start it or raise the bound",
+            kind="PendingEventsFull",
         )
         return
     kept.append(PendingEvent(msg.name, msg.input, now))
@@ -223,7 +224,7 @@ def _keep_pending(b: Batch, meta: InstanceRow, msg: RaiseEvent, now: int) -> Non
 
 
 def _reject(b: Batch, msg: Message, reason: str) -> None:
-    b.counters.rejected += 1
+    b.counters.reject(msg.KIND)
     log.info("%s for %s ignored: %s", msg.KIND, msg.instance_id, reason)
 
 
@@ -299,7 +300,7 @@ def fire_timer(b: Batch, timer: keys.TimerKey, now_ms: int) -> None:
     item = b.load(timer.instance_id)
     meta = item.meta
     if timer.generation != meta.generation:
-        b.counters.rejected += 1
+        b.counters.reject("TimerFired")
         return  # a timer of an older generation: dropped, never applied
     if timer.task_id == parking.PARK_TIMER:
         parking.retry_due(b, item)

@@ -54,8 +54,8 @@ def step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
         return
     if parking.parks_turn(b, item, inbox, parking.code_error(item, result), now_ms):
         return
-    b.counters.rejected += len(result.rejected)
     for rejected in result.rejected:
+        b.counters.reject(rejected.inbound.body.KIND)
         log.info("%s: rejected %s: %s", meta.instance_id, rejected.inbound.body, rejected.reason)
     if not result.new_events:
         return
@@ -81,6 +81,7 @@ def _record_events(b: Batch, item: Loaded, events: list[HistoryEvent]) -> None:
         meta.next_sequence = event.sequence + 1
         b.tables.put(keys.history_key(meta.instance_id, event.sequence), data)
         b.emit(topic, key, data, b.partition)
+        b.counters.recorded(meta.name, meta.version, event.body)
         if isinstance(event.body, ExecutionStarted) and _continues(previous):
             # the previous generation leaves the state table (the history topic keeps it),
             # so a cold load replays only the current generation

@@ -24,9 +24,11 @@ import logging
 
 from engine.core.errors import TurnstileError
 from engine.core.messages import Message
+from engine.services.processor import keys
 from engine.services.processor.batch import Batch
 from engine.services.processor.handlers import MESSAGE_HANDLERS, fire_timer
 from engine.services.processor.inputs import accepted_kinds, validate
+from engine.services.processor.meta import decode_meta
 from engine.services.processor.outcome import step_instance
 from engine.services.processor.ports import PartitionStore
 from engine.services.processor.state import (
@@ -34,6 +36,7 @@ from engine.services.processor.state import (
     Environment,
     InstanceCache,
     Loaded,
+    StatusCounts,
 )
 from engine.services.processor.tables import Tables
 from engine.services.records import RawRecord
@@ -51,6 +54,8 @@ class PartitionProcessor:
         self.cache = InstanceCache(env.cache_capacity)
         #: Totals over every committed or dropped batch of this partition.
         self.counters = Counters()
+        #: Committed instances per status, once :meth:`count_statuses` ran (for metrics).
+        self.statuses: StatusCounts | None = None
         self._accepts = accepted_kinds(env.topics)
         self._batch = self._open_batch()
 
@@ -67,13 +72,15 @@ class PartitionProcessor:
     def accept(self, record: RawRecord, now_ms: int) -> None:
         """Take one input record: route it, or park it in dead letters saying why."""
         batch = self._writable_batch()
-        batch.counters.records += 1
+        counters = batch.counters
+        counters.records += 1
+        counters.topics[record.topic] = counters.topics.get(record.topic, 0) + 1
         batch.current = record
         try:
             message = validate(record, self._accepts, self.env.partitions)
             self._dispatch(batch, message, now_ms)
         except TurnstileError as exc:
-            batch.dead_letter(record, str(exc))
+            batch.dead_letter(record, str(exc), kind=type(exc).__name__)
         finally:
             batch.current = None
 
@@ -89,8 +96,16 @@ class PartitionProcessor:
         due = self.tables.due_timers(now_ms)
         for timer in due:
             fire_timer(batch, timer, now_ms)
-        batch.counters.timers_fired += len(due)
+            batch.counters.timer_fired(now_ms - timer.fire_at_ms)
         return len(due)
+
+    def count_statuses(self) -> StatusCounts:
+        """Count the committed instances per status (one scan of the instance rows); from
+        then on every commit keeps :attr:`statuses` up to date."""
+        end = bytes([keys.META[0] + 1])
+        rows = self.tables.scan(keys.META, end)
+        self.statuses = StatusCounts(decode_meta(raw).status for _, raw in rows)
+        return self.statuses
 
     def next_timer_ms(self) -> int | None:
         """When the earliest timer of this partition is due (None: no timer)."""
@@ -115,6 +130,8 @@ class PartitionProcessor:
         if not batch.closed:
             raise TurnstileError("committed() before end_batch(): close the batch first")
         self.tables.apply(batch.changes, offsets)
+        if self.statuses is not None:
+            self.statuses.move(batch.status_moves)
         for instance_id, item in batch.touched.items():
             _settle(self.cache, instance_id, item)
         self._finish(batch)

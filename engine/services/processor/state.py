@@ -8,18 +8,35 @@ processor can import it without importing each other.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
+from typing import TypeVar
 
 from engine.config.topics import TopicNames
-from engine.core.history import Inbound
+from engine.core.history import (
+    ContinuedAsNew,
+    EventBody,
+    ExecutionCompleted,
+    ExecutionStarted,
+    Inbound,
+    RuntimeStatus,
+)
 from engine.core.instance_row import InstanceRow
 from engine.runtime.executor import WorkflowExecution
 from engine.runtime.registry import Registry
 
+K = TypeVar("K")
+
+
+#: Upper bounds (ms) of the timer-lateness tally; later timers count under ``None``.
+TIMER_LATENESS_MS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10_000, 60_000)
+
 
 @dataclass
 class Counters:
-    """What a partition did; the loop aggregates these into its progress line."""
+    """What a partition did; the loop aggregates these into its progress line, and a
+    metrics exporter reads the totals, labelled tallies included (their labels are record
+    kinds, topics and registered workflow names, never instance ids, so they stay few)."""
 
     records: int = 0
     turns: int = 0
@@ -27,10 +44,87 @@ class Counters:
     rejected: int = 0
     timers_fired: int = 0
     completed: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    #: input records by topic
+    topics: dict[str, int] = field(default_factory=dict, repr=False)
+    #: dead letters by the kind of error that refused the record
+    dead_letter_kinds: dict[str, int] = field(default_factory=dict, repr=False)
+    #: refused inbound records by message or event kind
+    rejected_kinds: dict[str, int] = field(default_factory=dict, repr=False)
+    #: runs by (workflow name, version, started|completed|failed|terminated|continued_as_new)
+    workflow_runs: dict[tuple[str, str, str], int] = field(default_factory=dict, repr=False)
+    #: fired timers by lateness bucket (an upper bound of ``TIMER_LATENESS_MS``, or None)
+    timer_lateness: dict[int | None, int] = field(default_factory=dict, repr=False)
+    #: the summed lateness of the fired timers (ms after their due time)
+    timer_late_ms: int = field(default=0, repr=False)
+
+    def reject(self, kind: str) -> None:
+        """One refused inbound record or callback of ``kind``."""
+        self.rejected += 1
+        _tally(self.rejected_kinds, kind)
+
+    def dead_letter(self, kind: str) -> None:
+        """One input record parked as a dead letter, refused by a ``kind`` error."""
+        self.dead_letters += 1
+        _tally(self.dead_letter_kinds, kind)
+
+    def recorded(self, name: str, version: str, body: EventBody) -> None:
+        """Tally a history event that starts or ends a run (other events are ignored)."""
+        if isinstance(body, ExecutionStarted):
+            _tally(self.workflow_runs, (body.name, body.version, "started"))
+        elif isinstance(body, ExecutionCompleted):
+            _tally(self.workflow_runs, (name, version, body.status.value.lower()))
+        elif isinstance(body, ContinuedAsNew):
+            _tally(self.workflow_runs, (name, version, "continued_as_new"))
+
+    def timer_fired(self, late_ms: int) -> None:
+        """One timer delivered ``late_ms`` after its due time."""
+        late_ms = max(late_ms, 0)
+        self.timers_fired += 1
+        self.timer_late_ms += late_ms
+        bound = next((b for b in TIMER_LATENESS_MS if late_ms <= b), None)
+        _tally(self.timer_lateness, bound)
 
     def add(self, other: Counters) -> None:
-        for f in fields(Counters):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        """Add ``other``'s counts to these (once per partition and batch: kept cheap)."""
+        for name in _NUMBERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in _TALLIES:
+            mine = getattr(self, name)
+            for key, n in getattr(other, name).items():
+                mine[key] = mine.get(key, 0) + n
+
+
+#: Counters' plain numbers and its labelled tallies (dicts), by field name.
+_TALLIES = tuple(f.name for f in fields(Counters) if f.default_factory is dict)
+_NUMBERS = tuple(f.name for f in fields(Counters) if f.name not in _TALLIES)
+
+
+def _tally(counts: dict[K, int], key: K) -> None:
+    counts[key] = counts.get(key, 0) + 1
+
+
+class StatusCounts:
+    """One partition's committed instances per status (a metrics gauge): counted once,
+    then moved by every committed batch's status changes."""
+
+    def __init__(self, statuses: Iterable[RuntimeStatus | None]) -> None:
+        self._counts: dict[RuntimeStatus, int] = {}
+        for status in statuses:
+            if status is not None:
+                _tally(self._counts, status)
+
+    def move(self, moves: Iterable[tuple[RuntimeStatus | None, RuntimeStatus | None]]) -> None:
+        for before, after in moves:
+            if before is not None:
+                self._counts[before] = self._counts.get(before, 0) - 1
+            if after is not None:
+                _tally(self._counts, after)
+
+    def snapshot(self) -> dict[RuntimeStatus, int]:
+        """A copy (safe to read from another thread while the loop moves the counts)."""
+        return dict(self._counts)
 
 
 @dataclass
