@@ -34,9 +34,17 @@ from engine.adapters.kafka_io import (
     TransactionalProducer,
     poll_batch,
 )
+from engine.adapters.kafka_isolation import Produced, produce_batch, refused_in_delivery
 from engine.adapters.rocks_store import RocksPartitionStore
 from engine.codec import decode_message
-from engine.core.errors import CodecError, TurnstileError
+from engine.core.errors import (
+    BrokerError,
+    CodecError,
+    InstanceTurnError,
+    RecordHandlingError,
+    TurnstileError,
+)
+from engine.core.failure import failure_from_exception
 from engine.core.keys import murmur2_partition
 from engine.core.messages import (
     COMMAND_TYPES,
@@ -52,7 +60,8 @@ from engine.core.messages import (
 from engine.runtime.registry import Registry
 from engine.services.config import Settings
 from engine.services.processor.partition import Counters, Environment, PartitionProcessor
-from engine.services.topics import TopicNames, topic_names
+from engine.services.topics import TopicNames, topic_max_message_bytes, topic_names
+from engine.services.watchdog import TurnWatchdog
 
 log = logging.getLogger("engine.processor")
 
@@ -106,6 +115,9 @@ class ProcessorRunner:
             pending_events_ttl_ms=settings.pending_events_ttl_ms,
             # the cache budget is per replica; each partition gets its share
             cache_capacity=max(100, settings.cache_instances // max(1, settings.partitions)),
+            limits=settings.limits,
+            watchdog=TurnWatchdog(settings.turn_budget_ms),
+            turn_max_events=settings.turn_max_events,
         )
         self.partitions: dict[int, PartitionProcessor] = {}
         self.progress = Progress()
@@ -113,6 +125,8 @@ class ProcessorRunner:
         self._accepts = _accepted_kinds(self.topics)
         self._num_partitions = settings.partitions
         self._batch_start: dict[tuple[str, int], int] = {}
+        #: Set once a batch failed beyond repair: nothing may be committed after it.
+        self._failed = False
         client_id = f"{settings.namespace}.processor.{settings.replica_id}"
         consumer = consumer_config(
             settings.bootstrap_servers, settings.processor_group, client_id=client_id
@@ -122,7 +136,10 @@ class ProcessorRunner:
         producer = transactional_producer_config(
             settings.bootstrap_servers, client_id, transaction_timeout_ms=10_000
         )
-        producer.update({"linger.ms": 1, **settings.extra_kafka})
+        producer.update(
+            {"linger.ms": 1, "message.max.bytes": topic_max_message_bytes(settings)}
+            | settings.extra_kafka
+        )
         self._producer = TransactionalProducer(producer, client_id)
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -147,10 +164,27 @@ class ProcessorRunner:
             pp.close()
         self.partitions.clear()
         self._producer.close()
+        self.env.watchdog.close()
 
     # --- one batch ---------------------------------------------------------------------------
 
     def run_batch(self) -> int:
+        """One batch; a poisoned instance or record is isolated and the batch redone.
+
+        Any other error abandons the batch before it leaves (so closing the consumer can
+        never commit half of it) and stops the replica.
+        """
+        try:
+            return self._run_batch()
+        except (InstanceTurnError, RecordHandlingError) as exc:
+            self._isolate(exc)
+            return 0
+        except BaseException:
+            self._failed = True
+            self._abandon()
+            raise
+
+    def _run_batch(self) -> int:
         """Consume until the batch is full, old or idle; commit it. Returns records seen.
 
         The first wait ends as soon as one record arrives (``poll_batch``); after that only
@@ -195,9 +229,18 @@ class ProcessorRunner:
         ts = message.timestamp()[1]
         try:
             decoded = self._validate(topic, partition, key, value)
+            failed = pp.quarantine.take_record(topic, offset)
+            if failed is not None:
+                pp.dead_letter(
+                    f"handling it failed: {failed.stack or failed}", topic, offset, key, value, ts
+                )
+                return
             pp.handle(decoded, now_ms)
         except TurnstileError as exc:
             pp.dead_letter(str(exc), topic, offset, key, value, ts)
+        except Exception as exc:  # a bug: redo the batch with this record in dead letters
+            details = failure_from_exception(exc, retryable=False)
+            raise RecordHandlingError(topic, partition, offset, details) from exc
 
     def _validate(
         self, topic: str, partition: int, key: bytes | None, value: bytes | None
@@ -224,11 +267,11 @@ class ProcessorRunner:
 
     def _commit(self, now_ms: int) -> None:
         t0 = time.perf_counter()
-        outputs = []
+        outputs: list[Produced] = []
         changes = {}
         for p, pp in self.partitions.items():
             out, ch = pp.end_batch(now_ms)
-            outputs.extend(out)
+            outputs.extend((p, r) for r in out)
             changes[p] = ch
             self.progress.add(pp.counters)
             pp.counters = Counters()
@@ -241,8 +284,7 @@ class ProcessorRunner:
         progress.outputs += len(outputs)
         try:
             self._producer.begin()
-            for r in outputs:
-                self._producer.produce(r.topic, r.key, r.value, r.partition, r.headers)
+            produce_batch(self._producer, outputs, self.env.limits.record)
             t2 = time.perf_counter()
             if offsets:
                 self._producer.send_offsets(offsets, self._consumer.consumer_group_metadata())
@@ -252,10 +294,15 @@ class ProcessorRunner:
             progress.offsets_s += t3 - t2
             progress.commit_s += time.perf_counter() - t3
         except AbortedTransaction as exc:
+            refused = refused_in_delivery(self._producer, outputs)
+            if refused is not None:
+                raise refused from exc
             log.warning("transaction aborted, redoing the batch: %s", exc)
             self.progress.aborts += 1
             self._rollback()
             return
+        except InstanceTurnError:
+            raise  # run_batch aborts the transaction and redoes the batch without it
         except BaseException:
             # Anything else stops the replica. Forget the batch first: closing the consumer
             # runs the revocation callback, which would otherwise commit the batch's input
@@ -295,6 +342,26 @@ class ProcessorRunner:
             except Exception as exc:  # the producer may be fenced or dead: it goes anyway
                 log.warning("aborting the open transaction failed: %s", exc)
 
+    def _isolate(self, exc: InstanceTurnError | RecordHandlingError) -> None:
+        """Quarantine what failed and redo the batch (nothing of this try is committed)."""
+        pp = self.partitions.get(exc.partition)
+        if isinstance(exc, InstanceTurnError):
+            fresh = pp is not None and pp.quarantine.add_instance(exc.instance_id, exc.details)
+        else:
+            fresh = pp is not None and pp.quarantine.add_record(exc.topic, exc.offset, exc.details)
+        if not fresh:
+            self._failed = True
+            self._abandon()
+            raise BrokerError(
+                f"{exc}, and again after failing it alone; this replica stops (check the "
+                f"topics and the broker's limits)"
+            ) from exc
+        log.error("%s; it fails alone and the batch is done again", exc)
+        self.progress.aborts += 1
+        if self._producer.in_transaction:
+            self._producer.abort()
+        self._rollback()
+
     def _rollback(self) -> None:
         for pp in self.partitions.values():
             pp.rolled_back()
@@ -315,8 +382,15 @@ class ProcessorRunner:
             self._on_assigned(sorted(self.partitions))
 
     def _revoked(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:
-        if any(pp.batch for pp in self.partitions.values()) or self._batch_start:
-            self._commit(int(time.time() * 1000))
+        pending = any(pp.batch for pp in self.partitions.values()) or self._batch_start
+        if pending and not self._failed:
+            try:
+                self._commit(int(time.time() * 1000))
+            except InstanceTurnError as exc:  # the next owner redoes the batch and finds it
+                log.error("%s; the batch is left to the partitions' next owner", exc)
+                self._abandon()
+        elif pending:
+            self._abandon()
         for p in sorted({tp.partition for tp in revoked}):
             pp = self.partitions.pop(p, None)
             if pp is not None:

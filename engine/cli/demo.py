@@ -132,8 +132,10 @@ def _orders(settings: Settings, timeout: float) -> bool:
     _say(f"{late}: {second.status.value} -> {second.output}")
     _timeline(settings, approved)
     return bool(
-        first.output and first.output.get("status") == "shipped"
-        and second.output and second.output.get("status") == "refunded"
+        first.output
+        and first.output.get("status") == "shipped"
+        and second.output
+        and second.output.get("status") == "refunded"
     )
 
 

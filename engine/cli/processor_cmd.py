@@ -124,4 +124,3 @@ def report_progress(runner: ProcessorRunner, stop: threading.Event, every_s: flo
                 p.dead_letters,
             )
             last = p.records
-

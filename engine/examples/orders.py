@@ -66,11 +66,13 @@ async def order(ctx: WorkflowContext, order: dict[str, Any]) -> dict[str, Any]:
         if not approval or not approval.get("approved"):
             raise OrderRejected("the order was not approved")
         ctx.set_custom_status("shipping")
-        shipment = await ctx.call_child_workflow(
-            ship, order, instance_id=f"{ctx.instance_id}:ship"
-        )
-    except (OrderRejected, WorkflowTimeoutError, ChildWorkflowFailedError,
-            ActivityFailedError) as exc:
+        shipment = await ctx.call_child_workflow(ship, order, instance_id=f"{ctx.instance_id}:ship")
+    except (
+        OrderRejected,
+        WorkflowTimeoutError,
+        ChildWorkflowFailedError,
+        ActivityFailedError,
+    ) as exc:
         ctx.set_custom_status("refunding")
         refunded = await ctx.call_activity(refund, charged, retry=QUICK_RETRY)
         return {"status": "refunded", "reason": str(exc), **refunded}

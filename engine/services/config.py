@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.errors import ConfigurationError
+from engine.core.limits import Limits
 
 ENV_PREFIX = "TURNSTILE_"
 
@@ -40,7 +41,36 @@ class Settings:
     worker_concurrency: int = 16
     worker_id: str = "worker-0"
     modules: tuple[str, ...] = ()
+    #: Size limits (bytes) of the values a workflow moves; see engine.core.limits.
+    max_workflow_input_bytes: int = 256 * 1024
+    max_workflow_output_bytes: int = 256 * 1024
+    max_activity_input_bytes: int = 256 * 1024
+    max_activity_result_bytes: int = 256 * 1024
+    max_event_bytes: int = 256 * 1024
+    max_custom_status_bytes: int = 64 * 1024
+    #: Largest record the engine writes; ``topics apply`` sets max.message.bytes from it.
+    max_record_bytes: int = 1_000_000
+    #: CPU time one turn of one instance may take before the watchdog fails it.
+    turn_budget_ms: int = 5000
+    #: History events one turn may add (bounds the memory of a runaway turn).
+    turn_max_events: int = 100_000
     extra_kafka: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def limits(self) -> Limits:
+        """The size limits, checked together (each must fit in one record)."""
+        try:
+            return Limits(
+                workflow_input=self.max_workflow_input_bytes,
+                workflow_output=self.max_workflow_output_bytes,
+                activity_input=self.max_activity_input_bytes,
+                activity_result=self.max_activity_result_bytes,
+                event=self.max_event_bytes,
+                custom_status=self.max_custom_status_bytes,
+                record=self.max_record_bytes,
+            )
+        except ValueError as exc:
+            raise ConfigurationError(f"size limits: {exc}") from exc
 
     @property
     def processor_group(self) -> str:

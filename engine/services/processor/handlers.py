@@ -10,8 +10,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from engine.core.errors import TurnstileError
-from engine.core.failure import FailureDetails
+from engine.core.errors import PayloadTooLargeError, TurnstileError
+from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.history import (
     ChildWorkflowCompleted,
     ChildWorkflowFailed,
@@ -154,6 +154,7 @@ def begin(pp: PartitionProcessor, item: Loaded, msg: StartWorkflow, now_ms: int)
         meta.instance_id,
         start_sequence=meta.next_sequence,
         generation=meta.generation,
+        max_turn_events=pp.env.turn_max_events,
     )
     meta.version = _resolved_version(pp, msg)
     item.inbox = [Inbound(_started(msg, meta.version))]
@@ -202,6 +203,7 @@ def save_meta(pp: PartitionProcessor, meta: InstanceMeta) -> None:
 
 
 def on_raise(pp: PartitionProcessor, msg: RaiseEvent, now_ms: int) -> None:
+    pp.env.limits.check("event", f"the payload of event {msg.name!r}", msg.input)
     item = pp.load(msg.instance_id)
     meta = item.meta
     if meta.status in (None, RuntimeStatus.PENDING):
@@ -247,11 +249,21 @@ def _deliver(pp: PartitionProcessor, msg: Message, inbound: Inbound) -> None:
 
 def on_activity_result(pp: PartitionProcessor, msg: ActivityResult, now_ms: int) -> None:
     body: Any
-    if msg.failure is not None:
-        body = TaskFailed(msg.task_id, msg.failure, msg.attempt)
+    failure = msg.failure or oversized_result(pp, msg)
+    if failure is not None:
+        body = TaskFailed(msg.task_id, failure, msg.attempt)
     else:
         body = TaskCompleted(msg.task_id, msg.output, msg.attempt)
     _deliver(pp, msg, Inbound(body, msg.generation))
+
+
+def oversized_result(pp: PartitionProcessor, msg: ActivityResult) -> FailureDetails | None:
+    """A result over the activity result limit fails its attempt (the retry policy decides)."""
+    try:
+        pp.env.limits.check("activity_result", f"the result of task {msg.task_id}", msg.output)
+    except PayloadTooLargeError as exc:
+        return failure_from_exception(exc, retryable=False)
+    return None
 
 
 def on_child_result(pp: PartitionProcessor, msg: ChildResult, now_ms: int) -> None:

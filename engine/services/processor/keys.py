@@ -86,4 +86,3 @@ def parse_timer_key(raw: bytes) -> TimerKey:
 
 def offset_key(name: str) -> bytes:
     return BOOKKEEPING + name.encode()
-

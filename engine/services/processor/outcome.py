@@ -16,9 +16,9 @@ from engine.core.errors import WorkflowRuntimeError
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.history import (
     ContinuedAsNew,
-    ExecutionCompleted,
     ExecutionStarted,
     HistoryEvent,
+    Inbound,
     RuntimeStatus,
 )
 from engine.core.messages import (
@@ -30,8 +30,11 @@ from engine.core.messages import (
     TerminateWorkflow,
 )
 from engine.runtime import actions as act
+from engine.runtime.actions import TurnResult
+from engine.runtime.interrupt import TurnEventsExceeded
 from engine.services.processor import keys
 from engine.services.processor.handlers import save_meta
+from engine.services.processor.poison import check_turn, fail_turn
 
 if TYPE_CHECKING:
     from engine.services.processor.partition import Loaded, PartitionProcessor
@@ -44,18 +47,28 @@ def step_instance(pp: PartitionProcessor, item: Loaded, now_ms: int) -> None:
     inbox, item.inbox = item.inbox, []
     meta = item.meta
     pp.counters.turns += 1
+    poisoned = pp.quarantine.take_instance(meta.instance_id)
+    if poisoned is not None:  # an earlier try of this batch could not finish its turn
+        fail_turn(pp, item, inbox, poisoned, now_ms)
+        return
     try:
-        execution = pp.execution(item)
-        result = execution.step(inbox, now_ms)
+        result = pp.env.watchdog.run(
+            lambda: _run_turn(pp, item, inbox, now_ms), f"the turn of {meta.instance_id!r}"
+        )
     except Exception as exc:
-        _fail_instance(pp, item, exc, now_ms)
+        _fail_instance(pp, item, inbox, exc, now_ms)
         return
     pp.counters.rejected += len(result.rejected)
     for rejected in result.rejected:
         log.info("%s: rejected %s: %s", meta.instance_id, rejected.inbound.body, rejected.reason)
     if not result.new_events:
         return
-    _record_events(pp, item, result.new_events)
+    oversized = check_turn(pp.env.limits, result.new_events)
+    if oversized is not None:
+        log.warning("instance %s failed: %s", meta.instance_id, oversized.message)
+        fail_turn(pp, item, inbox, oversized, now_ms)
+        return
+    record_events(pp, item, result.new_events)
     for action in result.actions:
         handler = ACTION_HANDLERS.get(type(action))
         if handler is not None:
@@ -66,7 +79,17 @@ def step_instance(pp: PartitionProcessor, item: Loaded, now_ms: int) -> None:
         pp.counters.completed += 1
 
 
-def _record_events(pp: PartitionProcessor, item: Loaded, events: list[HistoryEvent]) -> None:
+def _run_turn(
+    pp: PartitionProcessor, item: Loaded, inbox: list[Inbound], now_ms: int
+) -> TurnResult:
+    """Replay (if cold) and step the execution; what the watchdog's budget covers."""
+    try:
+        return pp.execution(item).step(inbox, now_ms)
+    except TurnEventsExceeded as exc:
+        raise exc.error() from None
+
+
+def record_events(pp: PartitionProcessor, item: Loaded, events: list[HistoryEvent]) -> None:
     meta = item.meta
     topic = pp.env.topics.history
     key = meta.instance_id.encode()
@@ -102,28 +125,15 @@ def _refresh_meta(item: Loaded, now_ms: int) -> None:
     meta.last_updated_ms = now_ms
 
 
-def _fail_instance(pp: PartitionProcessor, item: Loaded, exc: Exception, now_ms: int) -> None:
-    """The runtime itself could not go on (non-determinism, unknown workflow, a bug)."""
-    meta = item.meta
-    log.error("instance %s failed in the runtime: %s", meta.instance_id, exc)
-    details = failure_from_exception(exc, retryable=False)
+def _fail_instance(
+    pp: PartitionProcessor, item: Loaded, inbox: list[Inbound], exc: Exception, now_ms: int
+) -> None:
+    """The runtime itself could not go on (non-determinism, unknown workflow, the turn
+    budget, a bug): the instance fails with the error and its traceback."""
+    log.error("instance %s failed in the runtime: %s", item.meta.instance_id, exc)
     if not isinstance(exc, WorkflowRuntimeError | LookupError):
-        log.exception("unexpected error while running %s", meta.instance_id)
-    event = HistoryEvent(
-        meta.instance_id,
-        meta.next_sequence,
-        now_ms,
-        meta.generation,
-        ExecutionCompleted(RuntimeStatus.FAILED, None, details),
-    )
-    _record_events(pp, item, [event])
-    item.execution = None
-    meta.status = RuntimeStatus.FAILED
-    meta.failure = details
-    meta.last_updated_ms = now_ms
-    _notify_parent(pp, meta.instance_id, item, RuntimeStatus.FAILED, None, details)
-    save_meta(pp, meta)
-    pp.counters.completed += 1
+        log.exception("unexpected error while running %s", item.meta.instance_id)
+    fail_turn(pp, item, inbox, failure_from_exception(exc, retryable=False), now_ms)
 
 
 # --- action handlers: one per outbound action ------------------------------------------------
@@ -145,9 +155,7 @@ def _schedule_activity(
     pp.send(pp.env.topics.activity_tasks, task)
 
 
-def _start_child(
-    pp: PartitionProcessor, item: Loaded, a: act.StartChild, now_ms: int
-) -> None:
+def _start_child(pp: PartitionProcessor, item: Loaded, a: act.StartChild, now_ms: int) -> None:
     parent = item.meta.instance_id
     start = StartWorkflow(
         instance_id=a.instance_id,
@@ -163,34 +171,26 @@ def _start_child(
     pp.send(pp.env.topics.instance_messages, start)
 
 
-def _create_timer(
-    pp: PartitionProcessor, item: Loaded, a: act.CreateTimer, now_ms: int
-) -> None:
+def _create_timer(pp: PartitionProcessor, item: Loaded, a: act.CreateTimer, now_ms: int) -> None:
     key = keys.TimerKey(a.fire_at_ms, item.meta.instance_id, a.generation, a.task_id)
     pp.tables.put_timer(key)
 
 
-def _cancel_timer(
-    pp: PartitionProcessor, item: Loaded, a: act.CancelTimer, now_ms: int
-) -> None:
+def _cancel_timer(pp: PartitionProcessor, item: Loaded, a: act.CancelTimer, now_ms: int) -> None:
     key = keys.TimerKey(a.fire_at_ms, item.meta.instance_id, a.generation, a.task_id)
     pp.tables.delete_timer(key)
 
 
-def _send_event(
-    pp: PartitionProcessor, item: Loaded, a: act.SendEvent, now_ms: int
-) -> None:
+def _send_event(pp: PartitionProcessor, item: Loaded, a: act.SendEvent, now_ms: int) -> None:
     message = RaiseEvent(instance_id=a.target_instance_id, name=a.name, input=a.input)
     pp.send(pp.env.topics.instance_messages, message)
 
 
-def _complete(
-    pp: PartitionProcessor, item: Loaded, a: act.CompleteExecution, now_ms: int
-) -> None:
-    _notify_parent(pp, item.meta.instance_id, item, a.status, a.output, a.failure)
+def _complete(pp: PartitionProcessor, item: Loaded, a: act.CompleteExecution, now_ms: int) -> None:
+    notify_parent(pp, item.meta.instance_id, item, a.status, a.output, a.failure)
 
 
-def _notify_parent(
+def notify_parent(
     pp: PartitionProcessor,
     child_id: str,
     item: Loaded,
@@ -240,4 +240,3 @@ ACTION_HANDLERS: dict[type, ActionHandler] = {
     act.RunInlineStep: _nothing_to_send,
     act.SetCustomStatus: _nothing_to_send,
 }
-

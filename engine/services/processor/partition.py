@@ -17,14 +17,18 @@ from dataclasses import dataclass, field
 from engine.codec import decode_history, encode_message, instance_key
 from engine.core.errors import CodecError
 from engine.core.history import Inbound
+from engine.core.limits import Limits, fit_status
 from engine.core.messages import DeadLetter, Message
 from engine.runtime.executor import WorkflowExecution
+from engine.runtime.interrupt import DEFAULT_MAX_TURN_EVENTS
 from engine.runtime.registry import Registry
 from engine.services.processor import keys
 from engine.services.processor.meta import InstanceMeta
+from engine.services.processor.poison import Quarantine, instance_of_key, turn_error
 from engine.services.processor.ports import OutRecord, PartitionStore
 from engine.services.processor.tables import Tables
 from engine.services.topics import TopicNames
+from engine.services.watchdog import TurnWatchdog
 
 log = logging.getLogger("engine.processor")
 
@@ -82,6 +86,10 @@ class Environment:
     pending_events_max: int
     pending_events_ttl_ms: int
     cache_capacity: int = 10000
+    limits: Limits = field(default_factory=Limits)
+    #: Enforces the per-turn CPU budget (turn_budget_ms).
+    watchdog: TurnWatchdog = field(default_factory=lambda: TurnWatchdog(5000))
+    turn_max_events: int = DEFAULT_MAX_TURN_EVENTS
 
 
 class PartitionProcessor:
@@ -96,6 +104,10 @@ class PartitionProcessor:
         self.batch: dict[str, Loaded] = {}
         #: Rows changed in this batch: written, with one status record each, at its end.
         self.dirty: dict[str, InstanceMeta] = {}
+        #: Instances and records that must fail alone when the batch is done again.
+        self.quarantine = Quarantine()
+        #: The instance whose handling or turn is producing records right now.
+        self.origin = ""
         # Imported here to keep the handler table next to its functions without a cycle.
         from engine.services.processor.handlers import MESSAGE_HANDLERS
         from engine.services.processor.outcome import step_instance
@@ -122,7 +134,9 @@ class PartitionProcessor:
         """The instance's execution, rebuilt by replaying its current generation if cold."""
         if item.execution is None:
             meta = item.meta
-            execution = WorkflowExecution(self.env.registry, meta.instance_id)
+            execution = WorkflowExecution(
+                self.env.registry, meta.instance_id, max_turn_events=self.env.turn_max_events
+            )
             rows = self.tables.history(meta.instance_id, meta.generation_start)
             execution.replay([decode_history(raw) for raw in rows])
             item.execution = execution
@@ -135,6 +149,7 @@ class PartitionProcessor:
         handler = self._handlers.get(type(message))
         if handler is None:
             raise CodecError(f"{message.KIND} records are not accepted on this topic")
+        self.origin = message.instance_id
         handler(self, message, now_ms)
 
     def dead_letter(
@@ -150,6 +165,7 @@ class PartitionProcessor:
         self.counters.dead_letters += 1
         log.warning("dead letter from %s[%d]@%d: %s", topic, self.partition, offset, reason)
         instance = _decode_key(key)
+        value, reason = _fit_dead_letter(value, reason, self.env.limits.record)
         record = DeadLetter(
             instance_id=instance,
             reason=reason,
@@ -187,7 +203,7 @@ class PartitionProcessor:
         partition: int | None,
         headers: tuple[tuple[str, bytes], ...] = (),
     ) -> None:
-        self.out.append(OutRecord(topic, key, value, partition, headers))
+        self.out.append(OutRecord(topic, key, value, partition, headers, self.origin))
 
     def send(self, topic: str, message: Message) -> None:
         """A message to another instance or to the workers, partitioned by its key."""
@@ -197,11 +213,17 @@ class PartitionProcessor:
         """Step every touched instance; return the records to produce and the table changes."""
         for item in list(self.batch.values()):
             if item.inbox:
-                self._step(self, item, now_ms)
+                self.origin = item.meta.instance_id
+                try:
+                    self._step(self, item, now_ms)
+                except Exception as exc:  # a bug finishing this turn: it fails alone
+                    raise turn_error(self.partition, self.origin, exc) from exc
         self._write_rows()
         changes = self.tables.take_changes()
         for key, value in changes.items():
+            self.origin = instance_of_key(key)
             self.emit(self._changelog_for(key), key, value, self.partition)
+        self.origin = ""
         out, self.out = self.out, []
         return out, changes
 
@@ -210,8 +232,11 @@ class PartitionProcessor:
         for meta in self.dirty.values():
             self.tables.put_meta(meta)
             if meta.exists:
-                key = meta.instance_id.encode()
-                self.emit(status_topic, key, encode_message(meta.to_status()), self.partition)
+                self.origin = meta.instance_id
+                status = fit_status(meta.to_status(), self.env.limits.record)
+                self.emit(
+                    status_topic, meta.instance_id.encode(), encode_message(status), self.partition
+                )
         self.dirty = {}
 
     def _changelog_for(self, key: bytes) -> str:
@@ -222,6 +247,7 @@ class PartitionProcessor:
     def committed(self, changes: dict[bytes, bytes | None], offsets: dict[str, int]) -> None:
         """The batch's transaction committed: make its table changes durable locally."""
         self.tables.apply(changes, offsets)
+        self.quarantine.committed()
         for instance_id, item in self.batch.items():
             if item.meta.status is not None and item.meta.status.is_terminal:
                 item.execution = None
@@ -232,6 +258,7 @@ class PartitionProcessor:
     def rolled_back(self) -> None:
         """The transaction aborted: forget everything this batch changed."""
         self.tables.drop_overlay()
+        self.quarantine.rolled_back()
         self.dirty = {}
         for instance_id in self.batch:
             self.cache.evict(instance_id)
@@ -240,6 +267,14 @@ class PartitionProcessor:
 
     def close(self) -> None:
         self.tables.store.close()
+
+
+def _fit_dead_letter(value: bytes | None, reason: str, limit: int) -> tuple[bytes | None, str]:
+    """A dead letter carries its record's value, cut when it would not fit in one record."""
+    keep = limit // 2
+    if value is None or len(value) <= keep:
+        return value, reason
+    return value[:keep], f"{reason} (value cut from {len(value)} to its first {keep} bytes)"
 
 
 def _decode_key(key: bytes | None) -> str:
