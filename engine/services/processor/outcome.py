@@ -49,7 +49,7 @@ def step_instance(pp: PartitionProcessor, item: Loaded, now_ms: int) -> None:
     pp.counters.turns += 1
     poisoned = pp.quarantine.take_instance(meta.instance_id)
     if poisoned is not None:  # an earlier try of this batch could not finish its turn
-        fail_turn(pp, item, inbox, poisoned, now_ms)
+        fail_turn(pp, item, inbox, poisoned, now_ms, shrink=True)
         return
     try:
         result = pp.env.watchdog.run(

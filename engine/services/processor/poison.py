@@ -91,17 +91,23 @@ def fail_turn(
     inbox: list[Inbound],
     details: FailureDetails,
     now_ms: int,
+    *,
+    shrink: bool = False,
 ) -> None:
     """End the instance FAILED in place of its turn, with ``details`` as the reason.
 
     A turn that starts a generation records its start first (the input summarised when it
-    is over its limit), so the history stays a valid one: start, then end.
+    is over its limit), so the history stays a valid one: start, then end. ``shrink``
+    (after the broker refused one of its records) summarises every value but tiny ones,
+    so the failure itself is small enough to be accepted.
     """
     from engine.services.processor.handlers import save_meta
     from engine.services.processor.outcome import notify_parent, record_events
 
     meta = item.meta
     limits = pp.env.limits
+    if shrink:
+        limits = _TINY
     details = shorten_failure(details) or details
     bodies: list[object] = []
     started = next((i.body for i in inbox if isinstance(i.body, ExecutionStarted)), None)
@@ -127,6 +133,10 @@ def fail_turn(
     notify_parent(pp, meta.instance_id, item, RuntimeStatus.FAILED, None, details)
     save_meta(pp, meta)
     pp.counters.completed += 1
+
+
+#: What a failure after a refused record keeps of its values: summaries for all but tiny ones.
+_TINY = Limits(workflow_input=1024, custom_status=1024)
 
 
 def _fitting(payload: Payload | None, limit: int) -> Payload | None:
