@@ -7,10 +7,11 @@ Importable in the test process and by engine processes started with
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
-from engine import WorkflowContext, activity, workflow
+from engine import ActivityFailedError, WorkflowContext, activity, workflow
 
 
 def one() -> int:
@@ -65,3 +66,19 @@ async def resolved_await(ctx: WorkflowContext) -> None:
 @workflow(name="poison.negative_timer")
 async def negative_timer(ctx: WorkflowContext) -> None:
     await ctx.create_timer(-1)
+
+
+@activity(name="poison.hang")
+def hang(seconds: float) -> str:
+    """A sync activity that does not come back for a long time (a hung call)."""
+    threading.Event().wait(seconds)
+    return "woke up"
+
+
+@workflow(name="poison.call_hung")
+async def call_hung(ctx: WorkflowContext, seconds: float) -> str:
+    """One attempt of a hung activity with a 2 s start-to-close timeout."""
+    try:
+        return str(await ctx.call_activity(hang, seconds, retry=None, timeout=2))
+    except ActivityFailedError as exc:
+        return f"gave up: {exc.details.type if exc.details else exc}"

@@ -201,4 +201,34 @@ def test_a_spinning_turn_keeps_the_group_and_sigterm_works(
     _healthy_round(engine, 200)
     histories = engine.history_records()
     for instance_id in ("spin-1", "spin-2"):
-        assert not history_problems(instance_id, histories[instance_id])
+        # the turn that applied the activity's result is the one replaced by the failure,
+        # so the result is not in history; anything else would be a problem
+        problems = history_problems(instance_id, histories[instance_id])
+        assert problems == [f"{instance_id}: task (0, 0) attempts [1] got results []"], problems
+
+
+def test_hung_activities_do_not_take_the_worker(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """More hung sync activities than the worker's concurrency: each is abandoned at its
+    timeout, healthy activities keep running, and SIGTERM ends the worker at once."""
+    with _running_engine(
+        kafka_bootstrap,
+        partitions=4,
+        replicas=2,
+        in_process=False,
+        state_dir=tmp_path,
+        modules=MODULES,
+        worker_concurrency=2,
+    ) as engine:
+        hung = [engine.client.start("poison.call_hung", 3600.0) for _ in range(4)]
+        _healthy_round(engine, 0)
+        for instance_id in hung:
+            state = engine.wait_for_completion(instance_id, 120)
+            assert state.status is RuntimeStatus.COMPLETED, (state, engine.logs())
+            assert state.output.startswith("gave up: "), state.output
+        worker = engine.workers["worker-0"]
+        assert isinstance(worker, EngineProcess)
+        assert "is abandoned" in worker.current_log()
+        assert worker.stop(60) == 0, engine.logs()  # abandoned threads do not hold it up
+        engine.start_worker("worker-0")
+        _healthy_round(engine, 100)  # the timed-out tasks are not run again
+        assert "is abandoned" not in worker.current_log()
