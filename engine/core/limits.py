@@ -36,12 +36,12 @@ from engine.core.history import (
     TaskScheduled,
 )
 from engine.core.messages import InstanceStatus
-from engine.core.payloads import Payload
+from engine.core.payloads import SUMMARY, Payload
 
 KIB = 1024
 
 #: Encoding of a summary that stands in for a value too large to be copied somewhere.
-SUMMARY_ENCODING = "turnstile.summary"
+SUMMARY_ENCODING = SUMMARY
 
 #: Room left in a record for everything but its large values (ids, names, tags, framing).
 RECORD_OVERHEAD = 16 * KIB
