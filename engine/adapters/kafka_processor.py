@@ -345,10 +345,13 @@ class ProcessorRunner:
     def _isolate(self, exc: InstanceTurnError | RecordHandlingError) -> None:
         """Quarantine what failed and redo the batch (nothing of this try is committed)."""
         pp = self.partitions.get(exc.partition)
+        if pp is None:  # the partition moved meanwhile: its next owner redoes the batch
+            self._abandon()
+            return
         if isinstance(exc, InstanceTurnError):
-            fresh = pp is not None and pp.quarantine.add_instance(exc.instance_id, exc.details)
+            fresh = pp.quarantine.add_instance(exc.instance_id, exc.details)
         else:
-            fresh = pp is not None and pp.quarantine.add_record(exc.topic, exc.offset, exc.details)
+            fresh = pp.quarantine.add_record(exc.topic, exc.offset, exc.details)
         if not fresh:
             self._failed = True
             self._abandon()

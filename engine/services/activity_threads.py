@@ -89,18 +89,22 @@ class AbandoningThreads:
             if job is None:
                 return
             job_id, future, fn = job
+            error: BaseException | None = None
+            value: Any = None
             try:
                 value = fn()
             except BaseException as exc:
-                self._settle(future, None, exc)
-            else:
-                self._settle(future, value, None)
-            with self._lock:
+                error = exc
+            with self._lock:  # free before settling, so the next task can reuse this thread
                 self._deadlines.pop(job_id, None)
-                if self._closed:
+                closed = self._closed
+                if closed:
                     self._threads -= 1
-                    return
-                self._idle += 1
+                else:
+                    self._idle += 1
+            self._settle(future, value, error)
+            if closed:
+                return
 
     def _settle(self, future: Future[Any], value: Any, error: BaseException | None) -> None:
         try:

@@ -67,10 +67,11 @@ def _thread_cpu_clock(ident: int) -> Callable[[], float]:
 
 
 class _Turn:
-    __slots__ = ("clock", "cpu0", "fired", "ident", "wall0", "what")
+    __slots__ = ("budget_s", "clock", "cpu0", "fired", "ident", "wall0", "what")
 
-    def __init__(self, ident: int, clock: Callable[[], float], what: str) -> None:
+    def __init__(self, ident: int, clock: Callable[[], float], what: str, budget_s: float) -> None:
         self.ident = ident
+        self.budget_s = budget_s
         self.clock = clock
         self.what = what
         self.fired = 0
@@ -89,11 +90,12 @@ class TurnWatchdog:
         self._thread: threading.Thread | None = None
         self._closed = threading.Event()
 
-    def run(self, fn: Callable[[], T], what: str) -> T:
-        """``fn()``; raises :class:`WorkflowTurnTimeoutError` when it ran past the budget."""
+    def run(self, fn: Callable[[], T], what: str, *, scale: float = 1.0) -> T:
+        """``fn()``; raises :class:`WorkflowTurnTimeoutError` when it ran past the budget
+        (times ``scale``: a replay re-runs many turns, each of which fitted the budget)."""
         if self.budget_s <= 0:
             return fn()
-        turn = self._arm(what)
+        turn = self._arm(what, self.budget_s * max(scale, 1.0))
         try:
             try:
                 return fn()
@@ -107,7 +109,7 @@ class TurnWatchdog:
                 except TurnTimedOut:
                     continue
             raise WorkflowTurnTimeoutError(
-                f"{what} ran for more than the turn budget of {self.budget_s * 1000:.0f} ms "
+                f"{what} ran for more than the turn budget of {turn.budget_s * 1000:.0f} ms "
                 f"of CPU time without waiting on anything durable; a loop that never awaits? "
                 f"Move long computations into activities, or raise turn_budget_ms."
             ) from None
@@ -117,11 +119,11 @@ class TurnWatchdog:
 
     # --- the processor's side -----------------------------------------------------------
 
-    def _arm(self, what: str) -> _Turn:
+    def _arm(self, what: str, budget_s: float) -> _Turn:
         ident = threading.get_ident()
         if self._thread is None:
             self._start()
-        turn = _Turn(ident, _thread_cpu_clock(ident), what)
+        turn = _Turn(ident, _thread_cpu_clock(ident), what, budget_s)
         self._armed = turn
         return turn
 
@@ -146,10 +148,10 @@ class TurnWatchdog:
                 self._fire(turn)
 
     def _over_budget(self, turn: _Turn) -> bool:
-        if time.monotonic() - turn.wall0 >= self.budget_s * WALL_FACTOR:
+        if time.monotonic() - turn.wall0 >= turn.budget_s * WALL_FACTOR:
             return True
         try:
-            return turn.clock() - turn.cpu0 >= self.budget_s
+            return turn.clock() - turn.cpu0 >= turn.budget_s
         except OSError:  # the thread ended meanwhile
             return False
 

@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("engine.processor")
 
+#: A cold replay may take one turn budget per this many events (a replay re-runs every
+#: recorded turn, and each of them fitted the budget when it ran).
+REPLAY_EVENTS_PER_BUDGET = 1000
+
 
 def step_instance(pp: PartitionProcessor, item: Loaded, now_ms: int) -> None:
     """Run the instance's code on its inbox and record everything it decided."""
@@ -52,6 +56,13 @@ def step_instance(pp: PartitionProcessor, item: Loaded, now_ms: int) -> None:
         fail_turn(pp, item, inbox, poisoned, now_ms, shrink=True)
         return
     try:
+        if item.execution is None:  # cold: replay first, under a budget that grows with it
+            rows = pp.tables.history(meta.instance_id, meta.generation_start)
+            pp.env.watchdog.run(
+                lambda: pp.replay(item, rows),
+                f"the replay of {meta.instance_id!r}",
+                scale=len(rows) / REPLAY_EVENTS_PER_BUDGET,
+            )
         result = pp.env.watchdog.run(
             lambda: _run_turn(pp, item, inbox, now_ms), f"the turn of {meta.instance_id!r}"
         )

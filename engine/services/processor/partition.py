@@ -134,13 +134,17 @@ class PartitionProcessor:
         """The instance's execution, rebuilt by replaying its current generation if cold."""
         if item.execution is None:
             meta = item.meta
-            execution = WorkflowExecution(
-                self.env.registry, meta.instance_id, max_turn_events=self.env.turn_max_events
-            )
-            rows = self.tables.history(meta.instance_id, meta.generation_start)
-            execution.replay([decode_history(raw) for raw in rows])
-            item.execution = execution
+            self.replay(item, self.tables.history(meta.instance_id, meta.generation_start))
+        assert item.execution is not None
         return item.execution
+
+    def replay(self, item: Loaded, rows: list[bytes]) -> None:
+        """Rebuild the instance's execution from its current generation's history rows."""
+        execution = WorkflowExecution(
+            self.env.registry, item.meta.instance_id, max_turn_events=self.env.turn_max_events
+        )
+        execution.replay([decode_history(raw) for raw in rows])
+        item.execution = execution
 
     # --- inbound --------------------------------------------------------------------------
 
@@ -182,7 +186,9 @@ class PartitionProcessor:
             ("source-partition", str(self.partition).encode()),
             ("source-offset", str(offset).encode()),
         )
+        origin, self.origin = self.origin, ""  # no instance made it: it must never fail one
         self.emit(self.env.topics.dead_letters, key or b"", encode_message(record), None, headers)
+        self.origin = origin
 
     def fire_due_timers(self, now_ms: int) -> int:
         from engine.services.processor.handlers import fire_timer
@@ -212,7 +218,7 @@ class PartitionProcessor:
     def end_batch(self, now_ms: int) -> tuple[list[OutRecord], dict[bytes, bytes | None]]:
         """Step every touched instance; return the records to produce and the table changes."""
         for item in list(self.batch.values()):
-            if item.inbox:
+            if item.inbox or item.meta.instance_id in self.quarantine.instances:
                 self.origin = item.meta.instance_id
                 try:
                     self._step(self, item, now_ms)
