@@ -217,10 +217,13 @@ def on_raise(pp: PartitionProcessor, msg: RaiseEvent, now_ms: int) -> None:
 def _keep_pending(pp: PartitionProcessor, meta: InstanceMeta, msg: RaiseEvent, now: int) -> None:
     ttl_floor = now - pp.env.pending_events_ttl_ms
     kept = [e for e in meta.pending_events if e.received_ms >= ttl_floor]
-    if len(kept) >= pp.env.pending_events_max:
+    held = sum(len(e.input.data) for e in kept if e.input is not None)
+    size = len(msg.input.data) if msg.input is not None else 0
+    if len(kept) >= pp.env.pending_events_max or held + size > pp.env.limits.record // 2:
         pp.dead_letter(
             f"instance {msg.instance_id} has not started and already holds "
-            f"{len(kept)} pending events (pending_events_max); start it or raise the bound",
+            f"{len(kept)} pending events of {held} bytes (pending_events_max, and half of "
+            f"max_record_bytes in all); start it or raise the bound",
             pp.env.topics.commands,
             -1,
             msg.instance_id.encode(),

@@ -105,6 +105,16 @@ def fail_turn(
     from engine.services.processor.outcome import notify_parent, record_events
 
     meta = item.meta
+    if meta.status is None:  # never started: only its waiting events can go
+        log.warning(
+            "dropping %d events raised for %s: %s",
+            len(meta.pending_events),
+            meta.instance_id,
+            details,
+        )
+        meta.pending_events = []
+        save_meta(pp, meta)
+        return
     limits = pp.env.limits
     if shrink:
         limits = _TINY
