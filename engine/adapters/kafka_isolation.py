@@ -15,7 +15,12 @@ from collections.abc import Sequence
 
 from confluent_kafka import KafkaError
 
-from engine.adapters.kafka_io import RecordRejectedError, TransactionalProducer
+from engine.adapters.kafka_io import (
+    AbortedTransaction,
+    RecordRejectedError,
+    TransactionalProducer,
+    kafka_error,
+)
 from engine.core.errors import BrokerError, InstanceTurnError, PayloadTooLargeError
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.services.processor.ports import OutRecord
@@ -61,7 +66,13 @@ def produce_batch(
         try:
             producer.produce(r.topic, r.key, r.value, r.partition, r.headers)
         except RecordRejectedError as exc:
-            raise refusal(partition, r, failure_from_exception(exc, retryable=False)) from exc
+            cause = kafka_error(exc.__cause__) if exc.__cause__ is not None else None
+            if cause is None or cause.code() in RECORD_ERRORS:
+                raise refusal(partition, r, failure_from_exception(exc, retryable=False)) from exc
+            # Not this record: the transaction is in an error state, typically because the
+            # broker refused an earlier record; the caller finds that one among the refused.
+            producer.abort()
+            raise AbortedTransaction(f"producing the batch failed: {exc}") from exc
 
 
 def refused_in_delivery(

@@ -361,8 +361,13 @@ class ProcessorRunner:
             ) from exc
         log.error("%s; it fails alone and the batch is done again", exc)
         self.progress.aborts += 1
-        if self._producer.in_transaction:
-            self._producer.abort()
+        try:
+            if self._producer.in_transaction:
+                self._producer.abort()
+        except BaseException:
+            self._failed = True
+            self._abandon()
+            raise
         self._rollback()
 
     def _rollback(self) -> None:

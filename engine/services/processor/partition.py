@@ -195,7 +195,16 @@ class PartitionProcessor:
 
         due = self.tables.due_timers(now_ms)
         for timer in due:
-            fire_timer(self, timer, now_ms)
+            self.origin = timer.instance_id
+            if timer.instance_id in self.quarantine.instances:
+                self.tables.delete_timer(timer)  # the instance fails when the batch ends
+                self.load(timer.instance_id)
+                continue
+            try:
+                fire_timer(self, timer, now_ms)
+            except Exception as exc:  # a bug firing it: the instance fails alone
+                raise turn_error(self.partition, timer.instance_id, exc) from exc
+        self.origin = ""
         self.counters.timers_fired += len(due)
         return len(due)
 
@@ -239,10 +248,11 @@ class PartitionProcessor:
             self.tables.put_meta(meta)
             if meta.exists:
                 self.origin = meta.instance_id
-                status = fit_status(meta.to_status(), self.env.limits.record)
-                self.emit(
-                    status_topic, meta.instance_id.encode(), encode_message(status), self.partition
-                )
+                try:
+                    status = encode_message(fit_status(meta.to_status(), self.env.limits.record))
+                except Exception as exc:  # an unencodable row fails its instance alone
+                    raise turn_error(self.partition, meta.instance_id, exc) from exc
+                self.emit(status_topic, meta.instance_id.encode(), status, self.partition)
         self.dirty = {}
 
     def _changelog_for(self, key: bytes) -> str:

@@ -3,6 +3,7 @@ finishing a turn (redone with the instance quarantined), the status record's siz
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -25,9 +26,34 @@ from engine.services.processor.partition import Environment, PartitionProcessor
 from engine.services.processor.ports import OutRecord
 from engine.services.topics import topic_names
 from engine.services.watchdog import TurnWatchdog
-from tests.unit.processor.test_partition import MemoryStore
 
 NOW = 1_700_000_000_000
+
+
+class MemoryStore:
+    """One partition's tables in a dict."""
+
+    def __init__(self) -> None:
+        self.rows: dict[bytes, bytes] = {}
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.rows.get(key)
+
+    def scan(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        for key in sorted(k for k in self.rows if start <= k < end):
+            yield key, self.rows[key]
+
+    def write(self, changes: Mapping[bytes, bytes | None]) -> None:
+        for key, value in changes.items():
+            if value is None:
+                self.rows.pop(key, None)
+            else:
+                self.rows[key] = value
+
+    def close(self) -> None:
+        pass
+
+
 LIMITS = Limits(
     workflow_input=1000,
     workflow_output=1000,
