@@ -50,6 +50,7 @@ from engine.services.audit.state import (
 )
 from engine.services.config import Settings
 from engine.services.topics import TopicNames, topic_names
+from engine.services.watchdog import TurnWatchdog
 
 __all__ = ["register"]
 
@@ -158,7 +159,11 @@ def _registry(args: argparse.Namespace, settings: Settings) -> Registry:
 
 def _replay_check(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    checker = ReplayChecker(_registry(args, settings), skip_unregistered=args.skip_unregistered)
+    checker = ReplayChecker(
+        _registry(args, settings),
+        skip_unregistered=args.skip_unregistered,
+        watchdog=TurnWatchdog(settings.turn_budget_ms),
+    )
     wanted = EventFilter(set(args.instances) or None)
     started = time.perf_counter()
     if args.files:

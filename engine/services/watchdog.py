@@ -49,6 +49,10 @@ T = TypeVar("T")
 #: Wall-clock allowance, as a multiple of the CPU budget (for a thread starved of CPU).
 WALL_FACTOR = 3.0
 
+#: A replay may take one turn budget per this many events (it re-runs every recorded turn,
+#: and each of them fitted the budget when it ran).
+REPLAY_EVENTS_PER_BUDGET = 1000
+
 _SET_ASYNC_EXC = ctypes.pythonapi.PyThreadState_SetAsyncExc
 
 

@@ -80,3 +80,32 @@ def test_quick_turns_are_never_interrupted() -> None:
     total = sum(watchdog.run(lambda: 1, "a quick turn") for _ in range(20_000))
     assert total == 20_000 and watchdog.interrupts == 0
     watchdog.close()
+
+
+def test_replay_check_reports_a_spinning_workflow_instead_of_hanging() -> None:
+    from engine import Registry, WorkflowContext
+    from engine.core.history import (
+        ExecutionCompleted,
+        ExecutionStarted,
+        HistoryEvent,
+        RuntimeStatus,
+        TurnStarted,
+    )
+    from engine.services.audit.replay import ERROR, ReplayChecker
+
+    registry = Registry()
+
+    @registry.workflow(name="spin")
+    async def spin(ctx: WorkflowContext) -> None:
+        while True:
+            pass
+
+    bodies = [
+        TurnStarted(1),
+        ExecutionStarted("spin"),
+        ExecutionCompleted(RuntimeStatus.FAILED, None, None),
+    ]
+    checker = ReplayChecker(registry, watchdog=TurnWatchdog(100))
+    checker.feed_all(HistoryEvent("s", i, 1, 0, body) for i, body in enumerate(bodies))
+    (result,) = checker.finish().results
+    assert result.outcome == ERROR and "WorkflowTurnTimeoutError" in result.detail

@@ -35,15 +35,12 @@ from engine.runtime.interrupt import TurnEventsExceeded
 from engine.services.processor import keys
 from engine.services.processor.handlers import save_meta
 from engine.services.processor.poison import check_turn, fail_turn
+from engine.services.watchdog import REPLAY_EVENTS_PER_BUDGET
 
 if TYPE_CHECKING:
     from engine.services.processor.partition import Loaded, PartitionProcessor
 
 log = logging.getLogger("engine.processor")
-
-#: A cold replay may take one turn budget per this many events (a replay re-runs every
-#: recorded turn, and each of them fitted the budget when it ran).
-REPLAY_EVENTS_PER_BUDGET = 1000
 
 
 def step_instance(pp: PartitionProcessor, item: Loaded, now_ms: int) -> None:
