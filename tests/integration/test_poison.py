@@ -175,6 +175,9 @@ def test_a_spinning_turn_keeps_the_group_and_sigterm_works(
     slow_budget_engine: RunningEngine, tmp_path: Path
 ) -> None:
     engine = slow_budget_engine
+    for handle in engine.processors.values():  # both own partitions: the group is settled
+        assert isinstance(handle, EngineProcess)
+        handle.wait_for_log(" restored: ", 120)
     _healthy_round(engine, 0)
     restores = _restores(engine)
 
@@ -186,9 +189,19 @@ def test_a_spinning_turn_keeps_the_group_and_sigterm_works(
     assert _restores(engine) == restores, "a rebalance happened: the spinning replica left"
     _replicas_alive(engine)
 
-    # SIGTERM while a turn spins: every replica stops cleanly (after the turn budget at most)
+    # a replica joins while a turn spins: the rebalance completes and it gets partitions
     marker = tmp_path / "spinning-2"
     spinning = engine.client.start("poison.spin_after", str(marker), instance_id="spin-2")
+    wait_until(marker.exists, 60, what="the workflow to reach its endless loop")
+    joined = engine.start_processor("processor-2")
+    assert isinstance(joined, EngineProcess)
+    joined.wait_for_log(" restored: ", 120)
+    assert _failed(engine, spinning).startswith("WorkflowTurnTimeoutError:")
+    _healthy_round(engine, 200)
+
+    # SIGTERM while a turn spins: every replica stops cleanly (after the turn budget at most)
+    marker = tmp_path / "spinning-3"
+    spinning = engine.client.start("poison.spin_after", str(marker), instance_id="spin-3")
     wait_until(marker.exists, 60, what="the workflow to reach its endless loop")
     time.sleep(0.5)  # let the processor pick up the result and enter the loop
     for handle in engine.processors.values():
@@ -198,9 +211,9 @@ def test_a_spinning_turn_keeps_the_group_and_sigterm_works(
     for name in list(engine.processors):
         engine.start_processor(name)
     assert _failed(engine, spinning).startswith("WorkflowTurnTimeoutError:")
-    _healthy_round(engine, 200)
+    _healthy_round(engine, 300)
     histories = engine.history_records()
-    for instance_id in ("spin-1", "spin-2"):
+    for instance_id in ("spin-1", "spin-2", "spin-3"):
         # the turn that applied the activity's result is the one replaced by the failure,
         # so the result is not in history; anything else would be a problem
         problems = history_problems(instance_id, histories[instance_id])
