@@ -44,7 +44,16 @@ def engine(
         state_dir=tmp_path,
         modules=MODULES,
     ) as running:
-        yield running
+        yield _settled(running)
+
+
+def _settled(engine: RunningEngine) -> RunningEngine:
+    """Wait until every replica owns partitions, so the group does not rebalance while the
+    test runs (restoring right after a rebalance is another test's subject)."""
+    for handle in engine.processors.values():
+        assert isinstance(handle, EngineProcess)
+        handle.wait_for_log(" restored: ", 120)
+    return engine
 
 
 def _healthy_round(engine: RunningEngine, first: int) -> float:
@@ -160,7 +169,7 @@ def slow_budget_engine(
         state_dir=tmp_path,
         modules=MODULES,
     ) as running:
-        yield running
+        yield _settled(running)
 
 
 def _restores(engine: RunningEngine) -> int:
@@ -175,9 +184,6 @@ def test_a_spinning_turn_keeps_the_group_and_sigterm_works(
     slow_budget_engine: RunningEngine, tmp_path: Path
 ) -> None:
     engine = slow_budget_engine
-    for handle in engine.processors.values():  # both own partitions: the group is settled
-        assert isinstance(handle, EngineProcess)
-        handle.wait_for_log(" restored: ", 120)
     _healthy_round(engine, 0)
     restores = _restores(engine)
 
@@ -232,6 +238,7 @@ def test_hung_activities_do_not_take_the_worker(kafka_bootstrap: str, tmp_path: 
         modules=MODULES,
         worker_concurrency=2,
     ) as engine:
+        _settled(engine)
         hung = [engine.client.start("poison.call_hung", 3600.0) for _ in range(4)]
         _healthy_round(engine, 0)
         for instance_id in hung:
