@@ -125,6 +125,10 @@ class ProcessorRunner:
         self._accepts = _accepted_kinds(self.topics)
         self._num_partitions = settings.partitions
         self._batch_start: dict[tuple[str, int], int] = {}
+        #: The offset after the last record routed, per input partition: what the batch
+        #: commits (not the consumer's position, which may already be past records fetched
+        #: but not routed when a revocation commits mid-batch).
+        self._batch_next: dict[tuple[str, int], int] = {}
         #: Set once a batch failed beyond repair: nothing may be committed after it.
         self._failed = False
         client_id = f"{settings.namespace}.processor.{settings.replica_id}"
@@ -225,6 +229,7 @@ class ProcessorRunner:
         pp = self.partitions.get(partition)
         if pp is None:  # pragma: no cover - librdkafka only delivers assigned partitions
             return
+        self._batch_next[(topic, partition)] = offset + 1
         key, value = message.key(), message.value()
         ts = message.timestamp()[1]
         try:
@@ -314,12 +319,10 @@ class ProcessorRunner:
         for p, pp in self.partitions.items():
             pp.committed(changes.get(p, {}), reached.get(p, {}))
         self._batch_start.clear()
+        self._batch_next.clear()
 
     def _consumed_positions(self) -> list[TopicPartition]:
-        if not self._batch_start:
-            return []
-        wanted = [TopicPartition(t, p) for (t, p) in self._batch_start]
-        return [tp for tp in self._consumer.position(wanted) if tp.offset >= 0]
+        return [TopicPartition(t, p, offset) for (t, p), offset in self._batch_next.items()]
 
     def _changelog_offsets(self, delivered: list[Delivered]) -> dict[int, dict[str, int]]:
         names = {self.topics.state_changelog: STATE, self.topics.timer_changelog: TIMER}
@@ -336,6 +339,7 @@ class ProcessorRunner:
         for pp in self.partitions.values():
             pp.rolled_back()
         self._batch_start.clear()
+        self._batch_next.clear()
         if self._producer.in_transaction:
             try:
                 self._producer.abort()
@@ -379,6 +383,7 @@ class ProcessorRunner:
             except KafkaException as exc:  # pragma: no cover - partition revoked meanwhile
                 log.warning("seek %s[%d] failed: %s", topic, partition, exc)
         self._batch_start.clear()
+        self._batch_next.clear()
 
     # --- rebalancing -----------------------------------------------------------------------
 
