@@ -13,8 +13,11 @@ from dataclasses import dataclass, field, fields
 from engine.config.topics import TopicNames
 from engine.core.history import Inbound
 from engine.core.instance_row import InstanceRow
+from engine.core.limits import Limits
 from engine.runtime.executor import WorkflowExecution
+from engine.runtime.interrupt import DEFAULT_MAX_TURN_EVENTS
 from engine.runtime.registry import Registry
+from engine.services.watchdog import TurnWatchdog
 
 
 @dataclass
@@ -84,3 +87,9 @@ class Environment:
     pending_events_max: int
     pending_events_ttl_ms: int
     cache_capacity: int = 10000
+    #: Size limits of the values a workflow moves and of one record (settings max_*_bytes).
+    limits: Limits = field(default_factory=Limits)
+    #: Enforces the per-turn CPU budget (turn_budget_ms).
+    watchdog: TurnWatchdog = field(default_factory=lambda: TurnWatchdog(5000))
+    #: History events one turn may add (turn_max_events).
+    turn_max_events: int = DEFAULT_MAX_TURN_EVENTS
