@@ -139,6 +139,8 @@ class TransactionalProducer:
         self._open = False
         self._delivered: list[Delivered] = []
         self._failed: list[str] = []
+        #: Records of the current transaction the broker refused: (topic, key, error).
+        self.refused: list[tuple[str, bytes | None, KafkaError]] = []
         self.last_delivered: list[Delivered] = []
         self.recreated = 0
 
@@ -213,6 +215,7 @@ class TransactionalProducer:
             raise BrokerError("a transaction is already open; commit() or abort() it first")
         self._delivered = []
         self._failed = []
+        self.refused = []
         try:
             self._producer.begin_transaction()
         except KafkaException as exc:
@@ -268,6 +271,7 @@ class TransactionalProducer:
             self._delivered.append(Delivered(str(topic), partition or 0, offset or 0))
         else:
             self._failed.append(f"{message.topic()}: {error}")
+            self.refused.append((str(message.topic()), message.key(), error))
 
     def send_offsets(self, offsets: Iterable[TopicPartition], group_metadata: Any) -> None:
         """Commit these consumer offsets with the transaction (next offsets to read)."""

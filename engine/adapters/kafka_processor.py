@@ -16,7 +16,12 @@ numbered steps (``Step`` names them for the metrics hook):
 8. apply the committed table changes to RocksDB with the changelog offsets they reached.
 
 Abort path: on an abortable error the batches are dropped (nothing reached RocksDB) and the
-consumer seeks back, so the batch is simply done again.
+consumer seeks back, so the batch is simply done again. When the error is one instance's or
+one record's (a bug handling a record or finishing a turn, a record the broker refused: see
+``engine.services.processor.poison``), the partition's state machine is told to isolate it
+first, so the redo fails that instance alone (or dead-letters that record). Any other error
+abandons the batch and stops the replica; nothing is committed after a failed batch, not
+even by the revocation that closing the consumer runs.
 """
 
 from __future__ import annotations
@@ -45,14 +50,15 @@ from engine.adapters.kafka_io import (
     TransactionalProducer,
     poll_batch,
 )
+from engine.adapters.kafka_isolation import Produced, produce_batch, refused_in_delivery
 from engine.adapters.kafka_restore import RestoreReport, restore_tables
 from engine.adapters.rocks_store import RocksPartitionStore
 from engine.config.settings import Settings
-from engine.config.topics import TopicNames, topic_names
+from engine.config.topics import TopicNames, topic_max_message_bytes, topic_names
+from engine.core.errors import BrokerError, InstanceTurnError, RecordHandlingError
 from engine.runtime.registry import Registry
 from engine.services.processor.batch import Batch
 from engine.services.processor.partition import Counters, Environment, PartitionProcessor
-from engine.services.processor.ports import OutRecord
 from engine.services.processor.protocol import (
     BatchMetrics,
     Clock,
@@ -63,6 +69,7 @@ from engine.services.processor.protocol import (
 )
 from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
 from engine.services.records import RawRecord
+from engine.services.watchdog import TurnWatchdog
 
 log = logging.getLogger("engine.processor")
 
@@ -139,6 +146,9 @@ class ProcessorRunner:
             park_workflow_errors=settings.park_workflow_errors,
             # the cache budget is per replica; each partition gets its share
             cache_capacity=max(100, settings.cache_instances // max(1, settings.partitions)),
+            limits=settings.limits,
+            watchdog=TurnWatchdog(settings.turn_budget_ms),
+            turn_max_events=settings.turn_max_events,
         )
         self.partitions: dict[int, PartitionProcessor] = {}
         self.progress = Progress()
@@ -152,6 +162,12 @@ class ProcessorRunner:
         self.lag: dict[tuple[str, int], int] = {}
         self._on_assigned = on_assigned
         self._batch_start: dict[tuple[str, int], int] = {}
+        #: The offset after the last record accepted, per input partition: what the batch
+        #: commits (not the consumer's position, which may already be past records fetched
+        #: but not accepted when a revocation commits mid-batch).
+        self._batch_next: dict[tuple[str, int], int] = {}
+        #: Set once a batch failed beyond repair: nothing may be committed after it.
+        self._failed = False
         self._stop: threading.Event | None = None
         client_id = f"{settings.namespace}.processor.{settings.replica_id}"
         consumer = consumer_config(
@@ -162,7 +178,10 @@ class ProcessorRunner:
         producer = transactional_producer_config(
             settings.bootstrap_servers, client_id, transaction_timeout_ms=10_000
         )
-        producer.update({"linger.ms": 1, **settings.extra_kafka})
+        producer.update(
+            {"linger.ms": 1, "message.max.bytes": topic_max_message_bytes(settings)}
+            | settings.extra_kafka
+        )
         self._producer = TransactionalProducer(producer, client_id)
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -189,11 +208,29 @@ class ProcessorRunner:
                 pp.close()
             self.partitions.clear()
             self._producer.close()
+            self.env.watchdog.close()
 
     # --- one batch: the commit protocol -------------------------------------------------------
 
     def run_batch(self) -> int:
-        """Run one batch through the commit protocol; returns the records it consumed."""
+        """Run one batch through the commit protocol; returns the records it consumed.
+
+        A poisoned instance or record takes the abort path with isolation (``_isolate``);
+        any other error abandons the batch before it leaves (so closing the consumer can
+        never commit half of it) and stops the replica."""
+        try:
+            try:
+                return self._run_steps()
+            except (InstanceTurnError, RecordHandlingError) as exc:
+                self._isolate(exc)  # the abort path, with the poisoned one set apart
+                return 0
+        except BaseException:
+            self._failed = True
+            self._abandon()
+            raise
+
+    def _run_steps(self) -> int:
+        """Steps 1-8 (or the abort path)."""
         # 1-2. poll (until the next timer is due) and accept, until full, old or idle
         count = self._poll_and_accept()
         # 3. fire due timers
@@ -242,6 +279,7 @@ class ProcessorRunner:
             return
         offset = message.offset() or 0
         self._batch_start.setdefault((topic, partition), offset)
+        self._batch_next[(topic, partition)] = offset + 1
         headers = _headers(message)
         record = RawRecord(
             partition,
@@ -265,7 +303,7 @@ class ProcessorRunner:
         # 4. step every touched instance; each partition closes its batch
         t = self._clock.monotonic()
         batches = self._end_batches(now_ms)
-        outputs = [r for b in batches.values() for r in b.out]
+        outputs: list[Produced] = [(p, r) for p, b in batches.items() for r in b.out]
         offsets = self._consumed_positions()
         t = self._observe(Step.STEP, t, sum(len(b.touched) for b in batches.values()))
         if not outputs and not offsets:
@@ -274,8 +312,9 @@ class ProcessorRunner:
         self.progress.outputs += len(outputs)
         try:
             self._producer.begin()
-            # 5. produce the batch's output inside the transaction
-            self._produce(outputs)
+            # 5. produce the batch's output inside the transaction (a record over the
+            # record limit or refused up front raises InstanceTurnError for its origin)
+            produce_batch(self._producer, outputs, self.env.limits.record)
             t = self._observe(Step.PRODUCE, t, len(outputs))
             # 6. add the consumed offsets to the transaction
             if offsets:
@@ -285,12 +324,18 @@ class ProcessorRunner:
             delivered = self._producer.commit()
             t = self._observe(Step.COMMIT, t, 1)
         except AbortedTransaction as exc:
-            # abort path: drop the batches and seek back, so the input is done again
+            # abort path: a record the broker refused fails its instance alone (run_batch
+            # isolates it); otherwise drop the batches and seek back, so the input is redone
+            refused = refused_in_delivery(self._producer, outputs)
+            if refused is not None:
+                raise refused from exc
             log.warning("transaction aborted, redoing the batch: %s", exc)
             self.progress.aborts += 1
             self._rollback()
             self._observe(Step.ABORT, t, 1)
             return
+        except InstanceTurnError:
+            raise  # run_batch aborts the transaction and redoes the batch without it
         except BaseException:
             # Anything else stops the replica. Forget the batch first: closing the consumer
             # runs the revocation callback, which would otherwise commit the batch's input
@@ -309,15 +354,12 @@ class ProcessorRunner:
             self.progress.add(batch.counters)
         return batches
 
-    def _produce(self, outputs: list[OutRecord]) -> None:
-        for r in outputs:
-            self._producer.produce(r.topic, r.key, r.value, r.partition, r.headers)
-
     def _apply(self, batches: dict[int, Batch], delivered: list[Delivered]) -> None:
         reached = self._changelog_offsets(delivered)
         for p in batches:
             self.partitions[p].committed(reached.get(p, {}))
         self._batch_start.clear()
+        self._batch_next.clear()
 
     def _observe(self, step: Step, started: float, count: int) -> float:
         """Report one step to the metrics hook (and the progress totals); returns now."""
@@ -336,10 +378,8 @@ class ProcessorRunner:
                 self.lag[(tp.topic, tp.partition)] = max(high - tp.offset, 0)
 
     def _consumed_positions(self) -> list[TopicPartition]:
-        if not self._batch_start:
-            return []
-        wanted = [TopicPartition(t, p) for (t, p) in self._batch_start]
-        return [tp for tp in self._consumer.position(wanted) if tp.offset >= 0]
+        """The offset after the last record accepted into the batch, per input partition."""
+        return [TopicPartition(t, p, offset) for (t, p), offset in self._batch_next.items()]
 
     def _changelog_offsets(self, delivered: list[Delivered]) -> dict[int, dict[str, int]]:
         names = {
@@ -359,6 +399,7 @@ class ProcessorRunner:
         for pp in self.partitions.values():
             pp.rolled_back()
         self._batch_start.clear()
+        self._batch_next.clear()
         if self._producer.in_transaction:
             try:
                 self._producer.abort()
@@ -374,6 +415,27 @@ class ProcessorRunner:
             except KafkaException as exc:  # pragma: no cover - partition revoked meanwhile
                 log.warning("seek %s[%d] failed: %s", topic, partition, exc)
         self._batch_start.clear()
+        self._batch_next.clear()
+
+    def _isolate(self, exc: InstanceTurnError | RecordHandlingError) -> None:
+        """Abort path for one poisoned instance or record: abort the transaction, drop the
+        batches, seek back, and have the partition's state machine fail that instance alone
+        (or dead-letter that record) when the batch is done again."""
+        t = self._clock.monotonic()
+        self.progress.aborts += 1
+        if self._producer.in_transaction:
+            self._producer.abort()  # an error here is not the instance's: run_batch stops
+        self._rollback()
+        self._observe(Step.ABORT, t, 1)
+        pp = self.partitions.get(exc.partition)
+        if pp is None:  # the partition moved meanwhile: its next owner redoes the batch
+            return
+        if not pp.isolate(exc):
+            raise BrokerError(
+                f"{exc}, and again after failing it alone; this replica stops (check the "
+                f"topics and the broker's limits)"
+            ) from exc
+        log.error("%s; it fails alone and the batch is done again", exc)
 
     # --- rebalancing -----------------------------------------------------------------------
 
@@ -397,8 +459,15 @@ class ProcessorRunner:
             self._on_assigned(sorted(self.partitions))
 
     def _revoked(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:
-        if any(not pp.batch.empty for pp in self.partitions.values()) or self._batch_start:
-            self._commit(self._clock.now_ms())
+        pending = any(not pp.batch.empty for pp in self.partitions.values()) or self._batch_start
+        if pending and not self._failed:
+            try:
+                self._commit(self._clock.now_ms())
+            except InstanceTurnError as exc:  # the next owner redoes the batch and finds it
+                log.error("%s; the batch is left to the partitions' next owner", exc)
+                self._abandon()
+        elif pending:
+            self._abandon()
         gone = {tp.partition for tp in revoked}
         for p in sorted(gone):
             pp = self.partitions.pop(p, None)

@@ -51,6 +51,7 @@ from engine.services.audit.state import (
     confirmed,
     fold_histories,
 )
+from engine.services.watchdog import TurnWatchdog
 
 __all__ = ["register"]
 
@@ -159,7 +160,11 @@ def _registry(args: argparse.Namespace, settings: Settings) -> Registry:
 
 def _replay_check(args: argparse.Namespace) -> int:
     settings = settings_from_args(args) if args.files else connected_settings(args)
-    checker = ReplayChecker(_registry(args, settings), skip_unregistered=args.skip_unregistered)
+    checker = ReplayChecker(
+        _registry(args, settings),
+        skip_unregistered=args.skip_unregistered,
+        watchdog=TurnWatchdog(settings.turn_budget_ms),
+    )
     wanted = EventFilter(set(args.instances) or None)
     started = time.perf_counter()
     if args.files:

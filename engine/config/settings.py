@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.errors import ConfigurationError
+from engine.core.limits import Limits
 
 ENV_PREFIX = "TURNSTILE_"
 
@@ -67,6 +68,35 @@ class Settings:
     #: An exception the workflow code did not mean (a bug, an unregistered workflow) parks
     #: the instance until fixed code runs it, instead of failing it for good.
     park_workflow_errors: bool = True
+    #: Size limits (bytes) of the values a workflow moves; see engine.core.limits.
+    max_workflow_input_bytes: int = 256 * 1024
+    max_workflow_output_bytes: int = 256 * 1024
+    max_activity_input_bytes: int = 256 * 1024
+    max_activity_result_bytes: int = 256 * 1024
+    max_event_bytes: int = 256 * 1024
+    max_custom_status_bytes: int = 64 * 1024
+    #: Largest record the engine writes; ``topics apply`` sets max.message.bytes from it.
+    max_record_bytes: int = 1_000_000
+    #: CPU time one turn of one instance may take before the watchdog fails it.
+    turn_budget_ms: int = 5000
+    #: History events one turn may add (bounds the memory of a runaway turn).
+    turn_max_events: int = 100_000
+
+    @property
+    def limits(self) -> Limits:
+        """The size limits, checked together (each must fit in one record)."""
+        try:
+            return Limits(
+                workflow_input=self.max_workflow_input_bytes,
+                workflow_output=self.max_workflow_output_bytes,
+                activity_input=self.max_activity_input_bytes,
+                activity_result=self.max_activity_result_bytes,
+                event=self.max_event_bytes,
+                custom_status=self.max_custom_status_bytes,
+                record=self.max_record_bytes,
+            )
+        except ValueError as exc:
+            raise ConfigurationError(f"size limits: {exc}") from exc
 
     @property
     def processor_group(self) -> str:
@@ -270,6 +300,15 @@ _CHECKS: dict[str, Callable[[str, Any], str | None]] = {
     "worker_concurrency": _positive,
     "worker_id": _not_empty,
     "connect_timeout_ms": _positive,
+    "max_workflow_input_bytes": _positive,
+    "max_workflow_output_bytes": _positive,
+    "max_activity_input_bytes": _positive,
+    "max_activity_result_bytes": _positive,
+    "max_event_bytes": _positive,
+    "max_custom_status_bytes": _positive,
+    "max_record_bytes": _positive,
+    "turn_budget_ms": _positive,
+    "turn_max_events": _positive,
 }
 
 
@@ -280,6 +319,7 @@ def _validate(settings: Settings) -> None:
             raise ConfigurationError(
                 f"{problem} (setting {name}: --{name.replace('_', '-')} or {env_name(name)})"
             )
+    settings.limits  # noqa: B018 - raises ConfigurationError when the limits do not fit
 
 
 def bootstrap_servers_problem(value: str) -> str | None:

@@ -22,8 +22,10 @@ from typing import Any
 from engine.codec.contracts import TOPICS, contract_dir
 from engine.config.settings import Settings
 from engine.core.errors import ConfigurationError
+from engine.core.limits import RECORD_OVERHEAD
 
 MIN_INSYNC = "min.insync.replicas"
+MAX_MESSAGE = "max.message.bytes"
 
 
 # --- names --------------------------------------------------------------------------------
@@ -197,6 +199,7 @@ def desired_topics(spec: TopicsSpec, settings: Settings) -> list[DesiredTopic]:
         config = dict(topic.config)
         if MIN_INSYNC in config:
             config[MIN_INSYNC] = str(min(int(config[MIN_INSYNC]), settings.replication_factor))
+        config[MAX_MESSAGE] = _max_message_bytes(topic, config, settings)
         out.append(
             DesiredTopic(
                 name=full_name(settings.namespace, topic.name),
@@ -208,6 +211,24 @@ def desired_topics(spec: TopicsSpec, settings: Settings) -> list[DesiredTopic]:
             )
         )
     return out
+
+
+def topic_max_message_bytes(settings: Settings) -> int:
+    """What every topic must accept: the largest record the engine writes (its size
+    limits) plus room for the batch framing around it."""
+    return settings.max_record_bytes + RECORD_OVERHEAD
+
+
+def _max_message_bytes(topic: TopicSpec, config: Mapping[str, str], settings: Settings) -> str:
+    needed = topic_max_message_bytes(settings)
+    declared = config.get(MAX_MESSAGE)
+    if declared is not None and int(declared) < needed:
+        raise ConfigurationError(
+            f"topic {topic.name} declares {MAX_MESSAGE}={declared}, below the "
+            f"{needed} bytes the size limits need (max_record_bytes + {RECORD_OVERHEAD}); "
+            f"remove it from topics.toml or lower max_record_bytes"
+        )
+    return str(needed) if declared is None else declared
 
 
 # --- diff ---------------------------------------------------------------------------------

@@ -54,6 +54,64 @@ class StepBudgetExceededError(WorkflowRuntimeError):
     """Workflow code ran too long without awaiting anything durable (an infinite loop?)."""
 
 
+class WorkflowTurnTimeoutError(WorkflowRuntimeError):
+    """One turn of workflow code ran past the turn budget (a loop that never awaits?).
+
+    Raised by the turn watchdog from outside the workflow's own control flow, so it ends
+    ``while True: pass`` as well as endless chains of already-resolved awaits.
+    """
+
+
+class InstanceTurnError(WorkflowRuntimeError):
+    """Finishing one instance's turn failed (a bug, a record the broker refused).
+
+    The processor redoes the batch with this instance failed (``details`` says why, with
+    the traceback) instead of stopping the replica.
+    """
+
+    def __init__(
+        self, instance_id: str, message: str, details: Any = None, *, partition: int = -1
+    ) -> None:
+        super().__init__(f"instance {instance_id!r}: {message}")
+        self.instance_id = instance_id
+        self.details = details
+        self.partition = partition
+
+
+class RecordHandlingError(TurnstileError):
+    """Handling one input record failed unexpectedly (a bug, not bad input).
+
+    The processor redoes the batch with the record sent to dead letters (``details`` has
+    the traceback) instead of stopping the replica.
+    """
+
+    def __init__(self, topic: str, partition: int, offset: int, details: Any) -> None:
+        super().__init__(f"handling {topic}[{partition}]@{offset} failed: {details}")
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.details = details
+
+
+class PayloadTooLargeError(TurnstileError):
+    """A value is larger than the size limit configured for its kind.
+
+    ``limit_name`` is the setting to raise (for example ``max_workflow_input_bytes``),
+    ``size`` and ``limit`` are in bytes, ``what`` names the value.
+    """
+
+    def __init__(self, what: str, size: int, limit_name: str, limit: int) -> None:
+        self.what = what
+        self.size = size
+        self.limit_name = limit_name
+        self.limit = limit
+        super().__init__(
+            f"{what} is {size} bytes, over the {limit_name} limit of {limit} bytes; pass a "
+            f"smaller value (store large data elsewhere and pass a reference) or raise "
+            f"{limit_name}"
+        )
+
+
 class WorkflowFailure(TurnstileError):
     """Base of failures that workflow code sees when something it awaited failed.
 

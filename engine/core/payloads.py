@@ -16,6 +16,8 @@ from engine.core.typed import to_jsonable
 
 JSON = "json"
 RAW = "binary"
+#: A small JSON stand-in for a value too large to be copied (see engine.core.limits).
+SUMMARY = "turnstile.summary"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +76,17 @@ class BinaryConverter:
         return data
 
 
-_CONVERTERS: dict[str, PayloadConverter] = {JSON: JsonConverter(), RAW: BinaryConverter()}
+class SummaryConverter(JsonConverter):
+    """Reads summaries (JSON); nothing should encode user values as one."""
+
+    encoding = SUMMARY
+
+
+_CONVERTERS: dict[str, PayloadConverter] = {
+    JSON: JsonConverter(),
+    RAW: BinaryConverter(),
+    SUMMARY: SummaryConverter(),
+}
 
 
 def register_converter(converter: PayloadConverter) -> None:
@@ -102,6 +114,23 @@ def from_payload(payload: Payload | None) -> Any:
     if payload is None:
         return None
     return _converter(payload.encoding).from_bytes(payload.data)
+
+
+def describe_payload(payload: Payload | None) -> Any:
+    """The value for display: decoded, or - when it cannot be decoded (malformed data, an
+    unknown encoding) - a description of it instead of an error, so that one bad record
+    never stops a listing."""
+    if payload is None:
+        return None
+    try:
+        return from_payload(payload)
+    except CodecError as exc:
+        return {
+            "undecodable": str(exc),
+            "encoding": payload.encoding,
+            "size": len(payload.data),
+            "first_bytes": payload.data[:32].hex(),
+        }
 
 
 def _converter(encoding: str) -> PayloadConverter:

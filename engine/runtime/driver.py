@@ -24,8 +24,11 @@ A bare ``yield`` (what ``asyncio.sleep(0)`` does) re-queues the fiber at the tai
 resumption and continuation counts as one step; a turn that takes more steps than the
 budget (100,000 by default) fails the instance with :class:`StepBudgetExceededError`
 instead of stalling its partition. The budget catches code that spins the scheduler or
-keeps spawning work without waiting on anything durable; a ``while True: pass`` that never
-awaits cannot be interrupted from pure Python and is not caught.
+keeps spawning work without waiting on anything durable. Code that never reaches the driver
+(``while True: pass``, endless awaits of already-resolved tasks) is stopped from outside:
+the journal bounds the events one turn may add, and the processor's turn watchdog bounds
+its CPU time (both raise a :class:`~engine.runtime.interrupt.TurnInterrupt`, which this
+driver lets through instead of failing the thread with it).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import Any, Protocol, TypeVar
 
 from engine.core.errors import StepBudgetExceededError
 from engine.runtime.cancel import cancelled_error
+from engine.runtime.interrupt import TurnInterrupt
 from engine.runtime.tasks import PENDING, ReadyQueue, Task
 
 T = TypeVar("T")
@@ -98,7 +102,7 @@ class Fiber(Task[T]):
         except StopIteration as stop:
             self.set_result(stop.value)
             return
-        except (KeyboardInterrupt, SystemExit):
+        except (KeyboardInterrupt, SystemExit, TurnInterrupt):
             raise
         except BaseException as exc:
             self.set_exception(exc)

@@ -74,6 +74,7 @@ from engine.runtime.driver import DEFAULT_STEP_BUDGET, Fiber, run_ready
 from engine.runtime.fastjson import decode, encode
 from engine.runtime.generation import Generation
 from engine.runtime.handlers import INBOUND, RECORDED, deliver_event
+from engine.runtime.interrupt import DEFAULT_MAX_TURN_EVENTS
 from engine.runtime.journal import DECISION_TYPES, Journal, describe
 from engine.runtime.registry import Registry, WorkflowDefinition
 
@@ -128,16 +129,18 @@ class WorkflowExecution:
         step_budget: int = DEFAULT_STEP_BUDGET,
         start_sequence: int = 0,
         generation: int = 0,
+        max_turn_events: int = DEFAULT_MAX_TURN_EVENTS,
     ) -> None:
         """``start_sequence`` and ``generation`` place a brand-new run after an older
         history of the same instance id (restart under an ID-reuse policy); replay sets
-        both from the history instead."""
+        both from the history instead. ``max_turn_events`` bounds the history events one
+        turn may add (see :mod:`engine.runtime.interrupt`)."""
         if step_budget < 1:
             raise ValueError("step_budget must be at least 1")
         self._registry = registry
         self.instance_id = instance_id
         self._budget = step_budget
-        self._journal = Journal(instance_id, start_sequence, generation)
+        self._journal = Journal(instance_id, start_sequence, generation, max_turn_events)
         self._gen: Generation | None = None
         self._started: ExecutionStarted | None = None
         self._status = RuntimeStatus.PENDING

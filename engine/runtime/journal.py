@@ -36,6 +36,7 @@ from engine.core.history import (
 )
 from engine.core.payloads import Payload
 from engine.runtime.actions import Action
+from engine.runtime.interrupt import DEFAULT_MAX_TURN_EVENTS, too_many_events
 
 B = TypeVar("B", bound=EventBody)
 
@@ -152,14 +153,22 @@ class Journal:
         "events",
         "generation",
         "instance_id",
+        "max_new_events",
         "new_events",
         "next_sequence",
         "now_ms",
         "replaying",
     )
 
-    def __init__(self, instance_id: str, next_sequence: int = 0, generation: int = 0) -> None:
+    def __init__(
+        self,
+        instance_id: str,
+        next_sequence: int = 0,
+        generation: int = 0,
+        max_new_events: int = DEFAULT_MAX_TURN_EVENTS,
+    ) -> None:
         self.instance_id = instance_id
+        self.max_new_events = max_new_events
         self.next_sequence = next_sequence
         self.generation = generation
         self.now_ms = 0
@@ -173,7 +182,10 @@ class Journal:
     # --- live ---------------------------------------------------------------------------------
 
     def append(self, body: EventBody) -> HistoryEvent:
-        """Append a new event to history (live mode)."""
+        """Append a new event to history (live mode); past the turn's bound of new events
+        the turn is stopped (:class:`TurnEventsExceeded`)."""
+        if len(self.new_events) >= self.max_new_events:
+            raise too_many_events(self.instance_id, self.max_new_events)
         event = HistoryEvent(
             self.instance_id, self.next_sequence, self.now_ms, self.generation, body
         )

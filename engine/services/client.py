@@ -37,7 +37,7 @@ from engine.core.messages import (
     SuspendWorkflow,
     TerminateWorkflow,
 )
-from engine.core.payloads import Payload, from_payload, to_payload
+from engine.core.payloads import Payload, describe_payload, from_payload, to_payload
 from engine.runtime.jsonhistory import failure_to_json
 from engine.runtime.registry import Registry, default_registry
 
@@ -309,7 +309,7 @@ class InstanceState:
 
 
 def _decoded(payload: Payload | None) -> Any:
-    value = from_payload(payload)
+    value = describe_payload(payload)
     if isinstance(value, bytes):
         return {"encoding": payload.encoding if payload else "", "size": len(value)}
     return value

@@ -26,7 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -39,6 +39,7 @@ from engine.core.messages import ActivityResult, ActivityTask
 from engine.core.payloads import Payload, from_payload, to_payload
 from engine.core.typed import convert, parameter_type
 from engine.runtime.registry import Registry
+from engine.services.activity_threads import AbandoningThreads, deadline_passed
 from engine.services.dead_letters import dead_letter_of
 from engine.services.records import RawRecord as TaskRecord
 
@@ -134,6 +135,15 @@ def _arguments(
     return (value,) if arity == 1 else (value, info)
 
 
+def _expired(task: ActivityTask) -> FailureDetails:
+    return FailureDetails(
+        "ActivityTimeoutError",
+        f"activity {task.name!r} ({task.idempotency_key}) was not started: its timeout of "
+        f"{task.timeout_ms} ms since it was scheduled had passed (the workflow has timed "
+        f"this attempt out already)",
+    )
+
+
 def _is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
@@ -141,7 +151,8 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 
 
 class ActivityRunner:
-    """Runs activities: sync ones in a bounded thread pool, async ones on one event loop.
+    """Runs activities: sync ones on daemon threads (abandoned at their start-to-close
+    timeout, see :mod:`engine.services.activity_threads`), async ones on one event loop.
 
     The event loop lives in a background thread so that thousands of waiting async
     activities cost no threads. Every run ends with one call of ``on_done(output, failure)``
@@ -150,7 +161,7 @@ class ActivityRunner:
 
     def __init__(self, threads: int, worker_id: str = "") -> None:
         self.worker_id = worker_id
-        self._pool = ThreadPoolExecutor(max_workers=max(threads, 1), thread_name_prefix="activity")
+        self._threads = AbandoningThreads("activity")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -168,7 +179,11 @@ class ActivityRunner:
                 _call_async(fn, args, info), self._event_loop()
             )
         else:
-            future = self._pool.submit(_call_sync, fn, args, info)
+            future = self._threads.submit(
+                lambda: _call_sync(fn, args, info),
+                task.timeout_ms / 1000,
+                f"activity {task.name!r} ({task.idempotency_key})",
+            )
         future.add_done_callback(lambda f: _finish(f, on_done))
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
@@ -184,7 +199,7 @@ class ActivityRunner:
 
     def shutdown(self) -> None:
         """Stop accepting work; cancel what still runs (its tasks will be redelivered)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._threads.shutdown()
         loop, thread = self._loop, self._loop_thread
         if loop is not None and thread is not None:
             loop.call_soon_threadsafe(_cancel_all, loop)
@@ -430,7 +445,13 @@ class Worker:
         self._done: queue.SimpleQueue[Completion] = queue.SimpleQueue()
         self._running = 0
         self._outbox: list[Outbound] = []
-        self.stats: dict[str, int] = {"tasks": 0, "results": 0, "failures": 0, "dead": 0}
+        self.stats: dict[str, int] = {
+            "tasks": 0,
+            "results": 0,
+            "failures": 0,
+            "dead": 0,
+            "expired": 0,
+        }
 
     # --- load -------------------------------------------------------------------------------
 
@@ -513,6 +534,11 @@ class Worker:
                 Completion(p.task, p.partition, p.offset, p.epoch, output, failure, took)
             )
 
+        task = p.task
+        if deadline_passed(task.scheduled_ms, task.timeout_ms, int(time.time() * 1000)):
+            self.stats["expired"] += 1
+            done(None, _expired(task))
+            return
         try:
             fn = self.registry.get_activity(p.task.name).fn
         except NotRegisteredError:

@@ -21,7 +21,12 @@ from typing import Any
 from engine.codec import decode_history, decode_message
 from engine.config.settings import Settings
 from engine.config.topics import TopicNames, full_name, logical_names, topic_names
-from engine.core.errors import TurnstileError, WaitTimeoutError
+from engine.core.errors import (
+    InstanceTurnError,
+    RecordHandlingError,
+    TurnstileError,
+    WaitTimeoutError,
+)
 from engine.core.history import HistoryEvent
 from engine.core.keys import murmur2_partition
 from engine.core.messages import DeadLetter, IdReusePolicy, Message
@@ -38,6 +43,7 @@ from engine.services.processor.partition import Environment, PartitionProcessor
 from engine.services.processor.protocol import BatchMetrics, NoMetrics, Step
 from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
 from engine.services.records import RawRecord
+from engine.services.watchdog import TurnWatchdog
 from engine.services.worker import Outbound, Worker
 from engine.testing.topics import MemoryTopics
 
@@ -113,7 +119,11 @@ class TestEngine:
             pending_events_ttl_ms=base.pending_events_ttl_ms,
             park_workflow_errors=base.park_workflow_errors,
             cache_capacity=max(100, base.cache_instances // partitions),
+            limits=base.limits,
+            watchdog=TurnWatchdog(base.turn_budget_ms),
+            turn_max_events=base.turn_max_events,
         )
+        self._env = env
         self.processors = {
             p: PartitionProcessor(p, MemoryPartitionStore(), env) for p in range(partitions)
         }
@@ -158,6 +168,7 @@ class TestEngine:
         self._worker.shutdown()
         for pp in self.processors.values():
             pp.close()
+        self._env.watchdog.close()
 
     def __enter__(self) -> TestEngine:
         return self
@@ -350,14 +361,28 @@ class TestEngine:
         return self._run_activities() or progressed
 
     def _run_batch(self, pp: PartitionProcessor) -> bool:
-        """The commit protocol of the Kafka loop, over memory (the produce, offsets and
-        commit steps cannot fail here, so there is no abort path)."""
+        """The commit protocol of the Kafka loop, over memory. The produce, offsets and
+        commit steps cannot fail here, so the only abort path is the Kafka loop's for one
+        poisoned instance or record: roll back, isolate it, put the input back."""
         now_ms = self.clock.now_ms()
         # 1. poll: take what the partition's inbox holds
         t = self.clock.monotonic()
         inbox = self._inbox[pp.partition]
         records = [inbox.popleft() for _ in range(min(len(inbox), self._max_batch))]
         t = self._observe(Step.POLL, t, len(records))
+        try:
+            return self._run_steps(pp, records, now_ms, t)
+        except (InstanceTurnError, RecordHandlingError) as exc:
+            pp.rolled_back()
+            inbox.extendleft(reversed(records))
+            if not pp.isolate(exc):
+                raise
+            self._observe(Step.ABORT, t, 1)
+            return True
+
+    def _run_steps(
+        self, pp: PartitionProcessor, records: list[RawRecord], now_ms: int, t: float
+    ) -> bool:
         # 2. accept
         for record in records:
             pp.accept(record, now_ms)

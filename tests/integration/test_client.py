@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import suppress
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -28,7 +29,7 @@ from engine.core.errors import BrokerError, WaitTimeoutError
 from engine.core.history import RuntimeStatus
 from engine.core.keys import murmur2_partition
 from engine.core.messages import IdReusePolicy, InstanceStatus, RaiseEvent, StartWorkflow
-from engine.core.payloads import from_payload, to_payload
+from engine.core.payloads import Payload, from_payload, to_payload
 
 pytestmark = pytest.mark.kafka
 
@@ -257,3 +258,23 @@ def test_cli_list_filters_by_status_and_name(
     assert _cli("list", *flags) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert sorted(line.split()[0] for line in lines) == ["l-1", "l-2"]
+
+
+def test_cli_shows_an_undecodable_payload_instead_of_failing(
+    kafka_bootstrap: str, namespace: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = ("--bootstrap-servers", kafka_bootstrap, "--namespace", namespace)
+    bad_json = replace(_status("u-1", RuntimeStatus.FAILED), input=Payload(b'{"cut', "json"))
+    unknown = replace(
+        _status("u-2", RuntimeStatus.COMPLETED), output=Payload(b"\x01\x02", "x-proto")
+    )
+    _publish(kafka_bootstrap, topic_names(namespace), [("u-1", bad_json), ("u-2", unknown)])
+    assert _cli("status", "u-1", "--json", *flags) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["input"]["encoding"] == "json" and shown["input"]["size"] == 5
+    assert "not valid JSON" in shown["input"]["undecodable"]
+    assert _cli("status", "u-2", *flags) == 0
+    assert "x-proto" in capsys.readouterr().out
+    assert _cli("list", "--json", *flags) == 0
+    listed = {s["instance_id"]: s for s in json.loads(capsys.readouterr().out)}
+    assert listed["u-2"]["output"]["first_bytes"] == "0102"

@@ -25,6 +25,7 @@ from engine_harness import EngineProcess, history_problems, running_engine
 from engine.adapters.kafka_config import consumer_config
 from engine.adapters.kafka_io import RecordRejectedError
 from engine.adapters.kafka_processor import ProcessorRunner
+from engine.core.errors import BrokerError
 from engine.core.history import (
     ExecutionCompleted,
     InlineStepCompleted,
@@ -135,9 +136,10 @@ def test_workflows_complete_exactly_once_through_sigkills(
 def test_an_error_in_the_middle_of_a_transaction_commits_nothing(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    """A replica that stops on an unexpected error while its transaction is open must not
-    commit the batch's input offsets on the way out (closing the consumer revokes its
-    partitions, and the revocation commits pending work), and must report that error."""
+    """A replica that stops on an error while its transaction is open must not commit the
+    batch's input offsets on the way out (closing the consumer revokes its partitions, and
+    the revocation commits pending work), and must report that error. Here every record is
+    refused: the instance's turn is refused, then its failure too, so the replica stops."""
     with running_engine(
         kafka_bootstrap, partitions=2, replicas=0, workers=0, state_dir=tmp_path
     ) as engine:
@@ -153,8 +155,9 @@ def test_an_error_in_the_middle_of_a_transaction_commits_nothing(
         watchdog = threading.Timer(60, stop.set)
         watchdog.start()
         try:
-            with pytest.raises(RecordRejectedError, match="refused by the test"):
+            with pytest.raises(BrokerError, match="again after failing it alone") as caught:
                 runner.run(stop)
+            assert "refused by the test" in str(caught.value)
         finally:
             watchdog.cancel()
         assert not stop.is_set(), "the replica never saw the start"

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.config.settings import Settings
 from engine.core.errors import NonDeterminismError, NotRegisteredError, TurnstileError
 from engine.core.history import (
     ContinuedAsNew,
@@ -29,6 +30,7 @@ from engine.core.history import (
 from engine.runtime.driver import DEFAULT_STEP_BUDGET
 from engine.runtime.executor import WorkflowExecution
 from engine.runtime.registry import Registry
+from engine.services.watchdog import REPLAY_EVENTS_PER_BUDGET, TurnWatchdog
 
 __all__ = ["DIVERGED", "ERROR", "OK", "SKIPPED", "ReplayChecker", "ReplayReport", "ReplayResult"]
 
@@ -134,10 +136,14 @@ class ReplayChecker:
         *,
         skip_unregistered: bool = False,
         step_budget: int = DEFAULT_STEP_BUDGET,
+        watchdog: TurnWatchdog | None = None,
     ) -> None:
         self.registry = registry
         self.skip_unregistered = skip_unregistered
         self.step_budget = step_budget
+        #: Bounds each replay like the processor bounds a turn: history recorded for an
+        #: instance the watchdog failed (``while True: pass``) must not hang the check.
+        self.watchdog = watchdog or TurnWatchdog(Settings().turn_budget_ms)
         self._open: dict[str, _Open] = {}
         self._report = ReplayReport()
 
@@ -188,7 +194,11 @@ class ReplayChecker:
             self.registry, first.instance_id, step_budget=self.step_budget
         )
         try:
-            execution.replay(events)
+            self.watchdog.run(
+                lambda: execution.replay(events),
+                f"the replay of {first.instance_id!r}",
+                scale=len(events) / REPLAY_EVENTS_PER_BUDGET,
+            )
         except NonDeterminismError as exc:
             _set(result, DIVERGED, first.generation, exc.sequence, str(exc))
             result.recorded, result.attempted = exc.recorded, exc.attempted

@@ -9,15 +9,24 @@ is changed until the loop reports the commit, so an abort is just dropping the b
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from engine.codec import decode_history, encode_message, instance_key
 from engine.core.errors import TurnstileError
+from engine.core.failure import FailureDetails
 from engine.core.history import RuntimeStatus
 from engine.core.instance_row import InstanceRow
+from engine.core.limits import fit_status
 from engine.core.messages import Message
 from engine.runtime.executor import WorkflowExecution
 from engine.services.dead_letters import dead_letter_of
 from engine.services.processor import keys
+from engine.services.processor.poison import (
+    Quarantine,
+    fit_dead_letter,
+    instance_of_key,
+    turn_error,
+)
 from engine.services.processor.ports import Headers, OutRecord
 from engine.services.processor.state import Counters, Environment, InstanceCache, Loaded
 from engine.services.processor.tables import Tables
@@ -30,12 +39,18 @@ class Batch:
     """What one batch decided, until it is committed or dropped."""
 
     def __init__(
-        self, partition: int, env: Environment, tables: Tables, cache: InstanceCache
+        self,
+        partition: int,
+        env: Environment,
+        tables: Tables,
+        cache: InstanceCache,
+        quarantine: Quarantine,
     ) -> None:
         self.partition = partition
         self.env = env
         self.tables = tables
         self._cache = cache
+        self._quarantine = quarantine
         self.counters = Counters()
         #: Instances touched in this batch, in first-touch order.
         self.touched: dict[str, Loaded] = {}
@@ -55,6 +70,9 @@ class Batch:
         #: (status before, status after) of every instance whose status the batch changed
         #: (None: no row), filled when the batch is closed.
         self.status_moves: list[tuple[RuntimeStatus | None, RuntimeStatus | None]] = []
+        #: The instance whose handling or turn is producing records right now ('' for none):
+        #: every output record names it, so a record the broker refuses fails it alone.
+        self.origin = ""
 
     @property
     def empty(self) -> bool:
@@ -84,11 +102,26 @@ class Batch:
         """The instance's execution, rebuilt by replaying its current generation if cold."""
         if item.execution is None:
             meta = item.meta
-            execution = WorkflowExecution(self.env.registry, meta.instance_id)
-            rows = self.tables.history(meta.instance_id, meta.generation_start)
-            execution.replay([decode_history(raw) for raw in rows])
-            item.execution = execution
+            self.replay(item, self.tables.history(meta.instance_id, meta.generation_start))
+        assert item.execution is not None
         return item.execution
+
+    def replay(self, item: Loaded, rows: list[bytes]) -> None:
+        """Rebuild the instance's execution from its current generation's history rows
+        (the outcome runs this under the turn watchdog, with a budget that grows with it)."""
+        execution = WorkflowExecution(
+            self.env.registry, item.meta.instance_id, max_turn_events=self.env.turn_max_events
+        )
+        execution.replay([decode_history(raw) for raw in rows])
+        item.execution = execution
+
+    def quarantined(self, instance_id: str) -> FailureDetails | None:
+        """Why an earlier try of this batch could not finish the instance's turn, if it
+        could not: the turn is then replaced by a failed end."""
+        return self._quarantine.take_instance(instance_id)
+
+    def is_quarantined(self, instance_id: str) -> bool:
+        return instance_id in self._quarantine.instances
 
     def save(self, meta: InstanceRow) -> None:
         """Mark the row changed; it is written (with one status record) when the batch ends."""
@@ -111,7 +144,7 @@ class Batch:
         partition: int | None,
         headers: Headers = (),
     ) -> None:
-        self.out.append(OutRecord(topic, key, value, partition, headers))
+        self.out.append(OutRecord(topic, key, value, partition, headers, self.origin))
 
     def send(self, topic: str, message: Message) -> None:
         """A message to another instance or to the workers, partitioned by its key."""
@@ -124,8 +157,11 @@ class Batch:
         log.warning(
             "dead letter from %s[%d]@%d: %s", record.topic, self.partition, record.offset, reason
         )
-        value, headers = dead_letter_of(record, record.topic, reason)
+        cut, reason = fit_dead_letter(record.value, reason, self.env.limits.record)
+        value, headers = dead_letter_of(replace(record, value=cut), record.topic, reason)
+        origin, self.origin = self.origin, ""  # no instance made it: it must never fail one
         self.emit(self.env.topics.dead_letters, record.key or b"", value, None, headers)
+        self.origin = origin
 
     def dead_letter_current(self, reason: str, kind: str = "Refused") -> None:
         """Park the record being handled: a handler found it valid but cannot keep it."""
@@ -142,14 +178,16 @@ class Batch:
         status_topic = self.env.topics.status
         self.status_moves = self._status_moves()
         for meta in self._dirty.values():
-            self.tables.put_meta(meta)
-            if meta.exists:
-                key = meta.instance_id.encode()
-                self.emit(status_topic, key, encode_message(meta.to_status()), self.partition)
+            self.origin = meta.instance_id
+            status = self._write_row(meta)
+            if status is not None:
+                self.emit(status_topic, meta.instance_id.encode(), status, self.partition)
         self._dirty = {}
         self.changes = self.tables.take_changes()
         for key, value in self.changes.items():
+            self.origin = instance_of_key(key)
             self.emit(self._changelog_for(key), key, value, self.partition)
+        self.origin = ""
         self.closed = True
 
     def _status_moves(self) -> list[tuple[RuntimeStatus | None, RuntimeStatus | None]]:
@@ -160,6 +198,18 @@ class Batch:
             if after is not before:
                 moves.append((before, after))
         return moves
+
+    def _write_row(self, meta: InstanceRow) -> bytes | None:
+        """Write the row; returns its status record (None once purged), its values
+        summarised so that it fits in one record. A row that cannot be encoded fails its
+        instance alone."""
+        try:
+            self.tables.put_meta(meta)
+            if not meta.exists:
+                return None
+            return encode_message(fit_status(meta.to_status(), self.env.limits.record))
+        except Exception as exc:
+            raise turn_error(self.partition, meta.instance_id, exc) from exc
 
     def _changelog_for(self, key: bytes) -> str:
         if key[:1] == keys.TIMER:

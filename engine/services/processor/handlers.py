@@ -12,8 +12,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from engine.core.errors import TurnstileError
-from engine.core.failure import FailureDetails
+from engine.core.errors import PayloadTooLargeError, TurnstileError
+from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.history import (
     ChildWorkflowCompleted,
     ChildWorkflowFailed,
@@ -155,6 +155,7 @@ def begin(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
         meta.instance_id,
         start_sequence=meta.next_sequence,
         generation=meta.generation,
+        max_turn_events=b.env.turn_max_events,
     )
     meta.version = _resolved_version(b, msg)
     item.inbox = [Inbound(_started(msg, meta.version))]
@@ -198,6 +199,7 @@ def _drop_history(b: Batch, meta: InstanceRow) -> None:
 
 
 def on_raise(b: Batch, msg: RaiseEvent, now_ms: int) -> None:
+    b.env.limits.check("event", f"the payload of event {msg.name!r}", msg.input)
     item = b.load(msg.instance_id)
     meta = item.meta
     if meta.status in (None, RuntimeStatus.PENDING):
@@ -211,10 +213,13 @@ def on_raise(b: Batch, msg: RaiseEvent, now_ms: int) -> None:
 def _keep_pending(b: Batch, meta: InstanceRow, msg: RaiseEvent, now: int) -> None:
     ttl_floor = now - b.env.pending_events_ttl_ms
     kept = [e for e in meta.pending_events if e.received_ms >= ttl_floor]
-    if len(kept) >= b.env.pending_events_max:
+    held = sum(len(e.input.data) for e in kept if e.input is not None)
+    size = len(msg.input.data) if msg.input is not None else 0
+    if len(kept) >= b.env.pending_events_max or held + size > b.env.limits.record // 2:
         b.dead_letter_current(
             f"instance {msg.instance_id} has not started and already holds "
-            f"{len(kept)} pending events (pending_events_max); start it or raise the bound",
+            f"{len(kept)} pending events of {held} bytes (pending_events_max, and half of "
+            f"max_record_bytes in all); start it or raise the bound",
             kind="PendingEventsFull",
         )
         return
@@ -239,11 +244,21 @@ def _deliver(b: Batch, msg: Message, inbound: Inbound) -> None:
 
 def on_activity_result(b: Batch, msg: ActivityResult, now_ms: int) -> None:
     body: Any
-    if msg.failure is not None:
-        body = TaskFailed(msg.task_id, msg.failure, msg.attempt)
+    failure = msg.failure or oversized_result(b, msg)
+    if failure is not None:
+        body = TaskFailed(msg.task_id, failure, msg.attempt)
     else:
         body = TaskCompleted(msg.task_id, msg.output, msg.attempt)
     _deliver(b, msg, Inbound(body, msg.generation))
+
+
+def oversized_result(b: Batch, msg: ActivityResult) -> FailureDetails | None:
+    """A result over the activity result limit fails its attempt (the retry policy decides)."""
+    try:
+        b.env.limits.check("activity_result", f"the result of task {msg.task_id}", msg.output)
+    except PayloadTooLargeError as exc:
+        return failure_from_exception(exc, retryable=False)
+    return None
 
 
 def on_child_result(b: Batch, msg: ChildResult, now_ms: int) -> None:

@@ -4,12 +4,20 @@ New history events are chained (hash of the previous event) and written both to 
 topic and to the state table; each outbound action maps to one small handler that produces
 a message or a timer row. Everything lands in the batch's transaction. A new outbound
 action is one handler here and one entry in :data:`ACTION_HANDLERS`.
+
+A turn that cannot be recorded ends the instance FAILED in its place (:func:`fail_turn`),
+for one of these reasons, each decided by its own function in :func:`step_instance`:
+an earlier try of the batch could not finish the turn (``_fail_quarantined``), the turn
+broke one of the engine's bounds - the turn budget, the events per turn, a value's size
+limit (``_fail_on_bound``; deliberate, never retried) - or the runtime itself could not go on
+(``_fail_instance``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from engine.codec import seal_history
@@ -17,11 +25,15 @@ from engine.core.errors import WorkflowRuntimeError
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.history import (
     ContinuedAsNew,
+    EventBody,
     ExecutionCompleted,
     ExecutionStarted,
     HistoryEvent,
+    Inbound,
     RuntimeStatus,
+    TurnStarted,
 )
+from engine.core.limits import shorten_failure
 from engine.core.messages import (
     ActivityTask,
     ChildResult,
@@ -31,9 +43,13 @@ from engine.core.messages import (
     TerminateWorkflow,
 )
 from engine.runtime import actions as act
+from engine.runtime.actions import TurnResult
+from engine.runtime.interrupt import TurnEventsExceeded
 from engine.services.processor import keys, parking
 from engine.services.processor.batch import Batch
+from engine.services.processor.poison import BOUND_ERRORS, TINY, check_turn, fitting
 from engine.services.processor.state import Loaded
+from engine.services.watchdog import REPLAY_EVENTS_PER_BUDGET
 
 log = logging.getLogger("engine.processor")
 
@@ -45,12 +61,18 @@ def step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
         return  # parked: the events wait for its retry
     meta = item.meta
     b.counters.turns += 1
+    refused = b.quarantined(meta.instance_id)
+    if refused is not None:
+        _fail_quarantined(b, item, inbox, refused, now_ms)
+        return
     try:
-        execution = b.execution(item)
-        result = execution.step(inbox, now_ms)
+        result = _run_turn(b, item, inbox, now_ms)
+    except BOUND_ERRORS as exc:
+        _fail_on_bound(b, item, inbox, failure_from_exception(exc, retryable=False), now_ms)
+        return
     except Exception as exc:
         if not parking.parks_turn(b, item, inbox, exc, now_ms):
-            _fail_instance(b, item, exc, now_ms)
+            _fail_instance(b, item, inbox, exc, now_ms)
         return
     if parking.parks_turn(b, item, inbox, parking.code_error(item, result), now_ms):
         return
@@ -59,7 +81,11 @@ def step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
         log.info("%s: rejected %s: %s", meta.instance_id, rejected.inbound.body, rejected.reason)
     if not result.new_events:
         return
-    _record_events(b, item, result.new_events)
+    oversized = check_turn(b.env.limits, result.new_events)
+    if oversized is not None:
+        _fail_on_bound(b, item, inbox, oversized, now_ms)
+        return
+    record_events(b, item, result.new_events)
     for action in result.actions:
         handler = ACTION_HANDLERS.get(type(action))
         if handler is not None:
@@ -70,7 +96,29 @@ def step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
         b.counters.completed += 1
 
 
-def _record_events(b: Batch, item: Loaded, events: list[HistoryEvent]) -> None:
+def _run_turn(b: Batch, item: Loaded, inbox: list[Inbound], now_ms: int) -> TurnResult:
+    """Replay (if cold) and step the execution, each under the turn watchdog: a cold
+    replay gets a budget that grows with its history (it re-runs every recorded turn)."""
+    meta = item.meta
+    watchdog = b.env.watchdog
+    if item.execution is None:
+        rows = b.tables.history(meta.instance_id, meta.generation_start)
+        watchdog.run(
+            lambda: b.replay(item, rows),
+            f"the replay of {meta.instance_id!r}",
+            scale=len(rows) / REPLAY_EVENTS_PER_BUDGET,
+        )
+    return watchdog.run(lambda: _step(b, item, inbox, now_ms), f"the turn of {meta.instance_id!r}")
+
+
+def _step(b: Batch, item: Loaded, inbox: list[Inbound], now_ms: int) -> TurnResult:
+    try:
+        return b.execution(item).step(inbox, now_ms)
+    except TurnEventsExceeded as exc:
+        raise exc.error() from None
+
+
+def record_events(b: Batch, item: Loaded, events: list[HistoryEvent]) -> None:
     meta = item.meta
     topic = b.env.topics.history
     key = meta.instance_id.encode()
@@ -107,28 +155,94 @@ def _refresh_meta(item: Loaded, now_ms: int) -> None:
     meta.last_updated_ms = now_ms
 
 
-def _fail_instance(b: Batch, item: Loaded, exc: Exception, now_ms: int) -> None:
-    """The runtime itself could not go on (non-determinism, unknown workflow, a bug)."""
+# --- failed turns: one function per reason ----------------------------------------------------
+
+
+def _fail_quarantined(
+    b: Batch, item: Loaded, inbox: list[Inbound], details: FailureDetails, now_ms: int
+) -> None:
+    """An earlier try of this batch could not finish the turn (a record of it was refused,
+    or a bug turning it into records): the instance fails with that reason, its values
+    summarised so that the failure itself is accepted."""
+    log.warning("instance %s failed: %s", item.meta.instance_id, details.message)
+    fail_turn(b, item, inbox, details, now_ms, shrink=True)
+
+
+def _fail_on_bound(
+    b: Batch, item: Loaded, inbox: list[Inbound], details: FailureDetails, now_ms: int
+) -> None:
+    """The turn broke one of the engine's bounds (turn budget, events per turn, a size
+    limit): a deliberate failure, never retried."""
+    log.warning("instance %s failed: %s", item.meta.instance_id, details.message)
+    fail_turn(b, item, inbox, details, now_ms)
+
+
+def _fail_instance(
+    b: Batch, item: Loaded, inbox: list[Inbound], exc: Exception, now_ms: int
+) -> None:
+    """The runtime itself could not go on (non-determinism, unknown workflow, a bug): the
+    instance fails with the error and its traceback."""
     meta = item.meta
     log.error("instance %s failed in the runtime: %s", meta.instance_id, exc)
-    details = failure_from_exception(exc, retryable=False)
     if not isinstance(exc, WorkflowRuntimeError | LookupError):
         log.exception("unexpected error while running %s", meta.instance_id)
-    event = HistoryEvent(
-        meta.instance_id,
-        meta.next_sequence,
-        now_ms,
-        meta.generation,
-        ExecutionCompleted(RuntimeStatus.FAILED, None, details),
-    )
-    _record_events(b, item, [event])
+    fail_turn(b, item, inbox, failure_from_exception(exc, retryable=False), now_ms)
+
+
+def fail_turn(
+    b: Batch,
+    item: Loaded,
+    inbox: list[Inbound],
+    details: FailureDetails,
+    now_ms: int,
+    *,
+    shrink: bool = False,
+) -> None:
+    """End the instance FAILED in place of its turn, with ``details`` as the reason.
+
+    A turn that starts a generation records its start first (the input summarised when it
+    is over its limit), so the history stays a valid one: start, then end. ``shrink``
+    (after a refused record) summarises every value but tiny ones, so the failure itself
+    is small enough to be accepted.
+    """
+    meta = item.meta
+    if meta.status is None:  # never started: only its waiting events can go
+        log.warning("dropping %d events raised for %s", len(meta.pending_events), meta.instance_id)
+        meta.pending_events = []
+        b.save(meta)
+        return
+    limits = TINY if shrink else b.env.limits
+    details = shorten_failure(details) or details
+    record_events(b, item, _failed_events(item, inbox, details, limits.workflow_input, now_ms))
+    if item.execution is not None:
+        item.execution.close()
     item.execution = None
     meta.status = RuntimeStatus.FAILED
     meta.failure = details
+    meta.output = None
+    meta.input = fitting(meta.input, limits.workflow_input)
+    meta.custom_status = fitting(meta.custom_status, limits.custom_status)
     meta.last_updated_ms = now_ms
-    _notify_parent(b, meta.instance_id, item, RuntimeStatus.FAILED, None, details)
+    notify_parent(b, meta.instance_id, item, RuntimeStatus.FAILED, None, details)
     b.save(meta)
     b.counters.completed += 1
+
+
+def _failed_events(
+    item: Loaded, inbox: list[Inbound], details: FailureDetails, input_limit: int, now_ms: int
+) -> list[HistoryEvent]:
+    meta = item.meta
+    bodies: list[EventBody] = []
+    started = next((i.body for i in inbox if isinstance(i.body, ExecutionStarted)), None)
+    if isinstance(started, ExecutionStarted):
+        started = replace(started, input=fitting(started.input, input_limit))
+        bodies += [TurnStarted(now_ms), started]
+        meta.input = started.input
+    bodies.append(ExecutionCompleted(RuntimeStatus.FAILED, None, details))
+    return [
+        HistoryEvent(meta.instance_id, meta.next_sequence + i, now_ms, meta.generation, body)
+        for i, body in enumerate(bodies)
+    ]
 
 
 # --- action handlers: one per outbound action ------------------------------------------------
@@ -180,10 +294,10 @@ def _send_event(b: Batch, item: Loaded, a: act.SendEvent, now_ms: int) -> None:
 
 
 def _complete(b: Batch, item: Loaded, a: act.CompleteExecution, now_ms: int) -> None:
-    _notify_parent(b, item.meta.instance_id, item, a.status, a.output, a.failure)
+    notify_parent(b, item.meta.instance_id, item, a.status, a.output, a.failure)
 
 
-def _notify_parent(
+def notify_parent(
     b: Batch,
     child_id: str,
     item: Loaded,

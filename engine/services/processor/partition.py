@@ -13,6 +13,12 @@ one batch at a time:
 4. after the loop's transaction, :meth:`~PartitionProcessor.committed` (the changes become
    durable locally) or :meth:`~PartitionProcessor.rolled_back` (the batch never happened).
 
+One instance or record never takes the partition down (``poison``): a bug while handling a
+record raises :class:`RecordHandlingError`, a bug while finishing an instance's turn (or a
+status row that cannot be encoded) raises :class:`InstanceTurnError`. The loop then rolls
+the batch back, reports the error to :meth:`~PartitionProcessor.isolate` and does the batch
+again, in which the record goes to dead letters and the instance fails alone.
+
 It never reads a clock, a socket or a topic itself: time and records come in as
 arguments, output goes out in the batch, and the only state it keeps is its tables (the
 store port) and its cache of hot instances.
@@ -22,7 +28,8 @@ from __future__ import annotations
 
 import logging
 
-from engine.core.errors import TurnstileError
+from engine.core.errors import InstanceTurnError, RecordHandlingError, TurnstileError
+from engine.core.failure import failure_from_exception
 from engine.core.messages import Message
 from engine.services.processor import keys
 from engine.services.processor.batch import Batch
@@ -30,6 +37,7 @@ from engine.services.processor.handlers import MESSAGE_HANDLERS, fire_timer
 from engine.services.processor.inputs import accepted_kinds, validate
 from engine.services.processor.meta import decode_meta
 from engine.services.processor.outcome import step_instance
+from engine.services.processor.poison import Quarantine, turn_error
 from engine.services.processor.ports import PartitionStore
 from engine.services.processor.state import (
     Counters,
@@ -56,11 +64,13 @@ class PartitionProcessor:
         self.counters = Counters()
         #: Committed instances per status, once :meth:`count_statuses` ran (for metrics).
         self.statuses: StatusCounts | None = None
+        #: Instances and records that must fail alone when the batch is done again.
+        self.quarantine = Quarantine()
         self._accepts = accepted_kinds(env.topics)
         self._batch = self._open_batch()
 
     def _open_batch(self) -> Batch:
-        return Batch(self.partition, self.env, self.tables, self.cache)
+        return Batch(self.partition, self.env, self.tables, self.cache, self.quarantine)
 
     @property
     def batch(self) -> Batch:
@@ -70,7 +80,11 @@ class PartitionProcessor:
     # --- input ----------------------------------------------------------------------------
 
     def accept(self, record: RawRecord, now_ms: int) -> None:
-        """Take one input record: route it, or park it in dead letters saying why."""
+        """Take one input record: route it, or park it in dead letters saying why.
+
+        Raises :class:`RecordHandlingError` when handling it failed unexpectedly (a bug, not
+        bad input): roll the batch back, :meth:`isolate` the error and do the batch again.
+        """
         batch = self._writable_batch()
         counters = batch.counters
         counters.records += 1
@@ -78,16 +92,25 @@ class PartitionProcessor:
         batch.current = record
         try:
             message = validate(record, self._accepts, self.env.partitions)
+            failed = self.quarantine.take_record(record.topic, record.offset)
+            if failed is not None:
+                batch.dead_letter(record, f"handling it failed: {failed.stack or failed}")
+                return
             self._dispatch(batch, message, now_ms)
         except TurnstileError as exc:
             batch.dead_letter(record, str(exc), kind=type(exc).__name__)
+        except Exception as exc:  # a bug: the batch is redone with this record dead-lettered
+            details = failure_from_exception(exc, retryable=False)
+            raise RecordHandlingError(record.topic, self.partition, record.offset, details) from exc
         finally:
             batch.current = None
+            batch.origin = ""
 
     def _dispatch(self, batch: Batch, message: Message, now_ms: int) -> None:
         handler = MESSAGE_HANDLERS.get(type(message))
         if handler is None:  # pragma: no cover - validate() accepts only handled kinds
             raise TurnstileError(f"{message.KIND} records have no handler")
+        batch.origin = message.instance_id
         handler(batch, message, now_ms)
 
     def fire_due_timers(self, now_ms: int) -> int:
@@ -95,8 +118,17 @@ class PartitionProcessor:
         batch = self._writable_batch()
         due = self.tables.due_timers(now_ms)
         for timer in due:
-            fire_timer(batch, timer, now_ms)
-            batch.counters.timer_fired(now_ms - timer.fire_at_ms)
+            batch.origin = timer.instance_id
+            if batch.is_quarantined(timer.instance_id):
+                self.tables.delete_timer(timer)  # the instance fails when the batch ends
+                batch.load(timer.instance_id)
+                continue
+            try:
+                fire_timer(batch, timer, now_ms)
+                batch.counters.timer_fired(now_ms - timer.fire_at_ms)
+            except Exception as exc:  # a bug firing it: the instance fails alone
+                raise turn_error(self.partition, timer.instance_id, exc) from exc
+        batch.origin = ""
         return len(due)
 
     def count_statuses(self) -> StatusCounts:
@@ -115,13 +147,30 @@ class PartitionProcessor:
 
     def end_batch(self, now_ms: int) -> Batch:
         """Run every touched instance once and close the batch: its ``out`` records and
-        ``changes`` are what the loop's transaction must hold."""
+        ``changes`` are what the loop's transaction must hold.
+
+        Raises :class:`InstanceTurnError` when finishing one instance's turn failed: roll
+        the batch back, :meth:`isolate` the error and do the batch again.
+        """
         batch = self._writable_batch()
-        for item in list(batch.touched.values()):
-            if item.inbox:
-                step_instance(batch, item, now_ms)
+        for instance_id, item in list(batch.touched.items()):
+            if item.inbox or batch.is_quarantined(instance_id):
+                batch.origin = instance_id
+                try:
+                    step_instance(batch, item, now_ms)
+                except Exception as exc:  # a bug finishing this turn: it fails alone
+                    raise turn_error(self.partition, instance_id, exc) from exc
+        batch.origin = ""
         batch.close()
         return batch
+
+    def isolate(self, error: InstanceTurnError | RecordHandlingError) -> bool:
+        """After :meth:`rolled_back`: the instance (or record) behind ``error`` fails alone
+        when the batch is done again. False when it already was isolated, so failing it
+        alone failed too (the loop then stops rather than loop)."""
+        if isinstance(error, InstanceTurnError):
+            return self.quarantine.add_instance(error.instance_id, error.details)
+        return self.quarantine.add_record(error.topic, error.offset, error.details)
 
     def committed(self, offsets: dict[str, int]) -> None:
         """The batch's transaction committed: make its table changes durable locally,
@@ -132,6 +181,7 @@ class PartitionProcessor:
         self.tables.apply(batch.changes, offsets)
         if self.statuses is not None:
             self.statuses.move(batch.status_moves)
+        self.quarantine.committed()
         for instance_id, item in batch.touched.items():
             _settle(self.cache, instance_id, item)
         self._finish(batch)
@@ -140,6 +190,7 @@ class PartitionProcessor:
         """The transaction aborted: forget everything this batch changed."""
         batch = self._batch
         self.tables.drop_overlay()
+        self.quarantine.rolled_back()
         for instance_id in batch.touched:
             self.cache.evict(instance_id)
         self._finish(batch)

@@ -31,10 +31,14 @@ class PartitionStore(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class OutRecord:
-    """A record a turn produces; ``partition`` None means: partition by key (murmur2)."""
+    """A record a turn produces; ``partition`` None means: partition by key (murmur2).
+
+    ``origin`` is the instance whose handling or turn made it ('' for none), so that a
+    record the broker refuses fails that instance alone."""
 
     topic: str
     key: bytes
     value: bytes | None
     partition: int | None = None
     headers: Headers = ()
+    origin: str = ""

@@ -22,8 +22,11 @@ from engine.core.history import (
     RuntimeStatus,
 )
 from engine.core.instance_row import InstanceRow
+from engine.core.limits import Limits
 from engine.runtime.executor import WorkflowExecution
+from engine.runtime.interrupt import DEFAULT_MAX_TURN_EVENTS
 from engine.runtime.registry import Registry
+from engine.services.watchdog import TurnWatchdog
 
 K = TypeVar("K")
 
@@ -182,3 +185,9 @@ class Environment:
     cache_capacity: int = 10000
     #: Park instances whose workflow code raised unexpectedly instead of failing them.
     park_workflow_errors: bool = True
+    #: Size limits of the values a workflow moves and of one record (settings max_*_bytes).
+    limits: Limits = field(default_factory=Limits)
+    #: Enforces the per-turn CPU budget (turn_budget_ms).
+    watchdog: TurnWatchdog = field(default_factory=lambda: TurnWatchdog(5000))
+    #: History events one turn may add (turn_max_events).
+    turn_max_events: int = DEFAULT_MAX_TURN_EVENTS
