@@ -81,22 +81,14 @@ def _engine(settings: Settings, args: argparse.Namespace) -> Iterator[None]:
     ``--metrics-port`` if given."""
     from prometheus_client import CollectorRegistry
 
-    from engine.adapters.kafka_processor import ProcessorRunner
     from engine.adapters.kafka_worker import KafkaWorker
-    from engine.adapters.metrics import ProcessorMetrics, WorkerMetrics
-    from engine.cli.observe import metrics_endpoint
+    from engine.adapters.metrics import WorkerMetrics
+    from engine.cli.observe import metrics_endpoint, observed_processor
     from engine.runtime.registry import default_registry
 
     stop = threading.Event()
     registry = CollectorRegistry()
-    metrics = ProcessorMetrics(registry)
-    runner = ProcessorRunner(
-        settings,
-        default_registry,
-        metrics=metrics,
-        count_statuses=args.metrics_port is not None,
-    )
-    metrics.watch(runner)
+    runner, metrics = observed_processor(settings, registry, args)
     worker = KafkaWorker(settings, default_registry, metrics=WorkerMetrics(registry))
     threads = [
         threading.Thread(target=runner.run, args=(stop,), name="processor", daemon=True),

@@ -1,4 +1,5 @@
-"""The metrics endpoint of ``run processor|worker|all`` (``--metrics-port``)."""
+"""The metrics of ``run processor|worker|all`` and ``demo``: the observed processor and the
+endpoint (``--metrics-port``)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,28 @@ from contextlib import contextmanager
 
 from prometheus_client import CollectorRegistry
 
-from engine.adapters.metrics import MetricsServer
+from engine.adapters.kafka_processor import ProcessorRunner
+from engine.adapters.metrics import MetricsServer, ProcessorMetrics
+from engine.config.settings import Settings
+from engine.runtime.registry import default_registry
 
-__all__ = ["metrics_endpoint"]
+__all__ = ["metrics_endpoint", "observed_processor"]
+
+
+def observed_processor(
+    settings: Settings, registry: CollectorRegistry, args: argparse.Namespace
+) -> tuple[ProcessorRunner, ProcessorMetrics]:
+    """A processor replica reporting to ``registry``; it counts instances per status only
+    when the metrics are served (the count costs a scan of every owned partition)."""
+    metrics = ProcessorMetrics(registry)
+    runner = ProcessorRunner(
+        settings,
+        default_registry,
+        metrics=metrics,
+        count_statuses=args.metrics_port is not None,
+    )
+    metrics.watch(runner)
+    return runner, metrics
 
 
 @contextmanager

@@ -16,9 +16,9 @@ from prometheus_client import CollectorRegistry
 from engine.adapters import kafka_admin
 from engine.adapters.kafka_processor import ProcessorRunner
 from engine.adapters.kafka_worker import KafkaWorker
-from engine.adapters.metrics import ProcessorMetrics, WorkerMetrics
+from engine.adapters.metrics import WorkerMetrics
 from engine.cli import SubParsers
-from engine.cli.observe import metrics_endpoint
+from engine.cli.observe import metrics_endpoint, observed_processor
 from engine.cli.options import (
     add_log_level_argument,
     add_metrics_arguments,
@@ -93,14 +93,7 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
 
 def _run_processor(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    metrics = ProcessorMetrics(CollectorRegistry())
-    runner = ProcessorRunner(
-        settings,
-        default_registry,
-        metrics=metrics,
-        count_statuses=args.metrics_port is not None,
-    )
-    metrics.watch(runner)
+    runner, metrics = observed_processor(settings, CollectorRegistry(), args)
     stop = threading.Event()
     reporter = threading.Thread(target=report_progress, args=(runner, stop), daemon=True)
     reporter.start()
@@ -115,14 +108,7 @@ def _run_all(args: argparse.Namespace) -> int:
     registry = CollectorRegistry()
     worker = KafkaWorker(settings, default_registry, metrics=WorkerMetrics(registry))
     worker_thread = threading.Thread(target=worker.run, args=(stop,), name="worker")
-    metrics = ProcessorMetrics(registry)
-    runner = ProcessorRunner(
-        settings,
-        default_registry,
-        metrics=metrics,
-        count_statuses=args.metrics_port is not None,
-    )
-    metrics.watch(runner)
+    runner, metrics = observed_processor(settings, registry, args)
     reporter = threading.Thread(target=report_progress, args=(runner, stop), daemon=True)
     with (
         metrics_endpoint(args, registry, lambda: metrics.ready),
