@@ -117,6 +117,8 @@ class TestEngine:
             partitions=partitions,
             pending_events_max=base.pending_events_max,
             pending_events_ttl_ms=base.pending_events_ttl_ms,
+            dedup_window=base.dedup_window,
+            dedup_window_ms=base.dedup_window_ms,
             park_workflow_errors=base.park_workflow_errors,
             cache_capacity=max(100, base.cache_instances // partitions),
             limits=base.limits,
