@@ -62,7 +62,7 @@ def answered(handler: CommandHandler) -> MessageHandler:
     def run(b: Batch, msg: Any, now_ms: int) -> None:
         request_id: str = msg.request_id
         if request_id:
-            seen = find(b.load(msg.instance_id).meta, request_id)
+            seen = find(b.load(msg.instance_id).meta, request_id, now_ms - b.env.dedup_window_ms)
             if seen is not None:
                 b.counters.outcome(msg.KIND, "duplicate")
                 verdict = Verdict(CommandResult(seen.result), seen.reason, seen.error)
@@ -119,9 +119,11 @@ def _answer(b: Batch, msg: Message, verdict: Verdict, now_ms: int, duplicate: bo
 # --- the window of recent requests ----------------------------------------------------------
 
 
-def find(meta: InstanceRow, request_id: str) -> SeenRequest | None:
-    """The recent request with this id, if the instance answered it (newest first)."""
+def find(meta: InstanceRow, request_id: str, since_ms: int) -> SeenRequest | None:
+    """The request with this id, if the instance answered it at or after ``since_ms``."""
     for seen in reversed(meta.seen_requests):
+        if seen.received_ms < since_ms:
+            return None  # older entries are older still: out of the window
         if seen.request_id == request_id:
             return seen
     return None
