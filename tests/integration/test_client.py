@@ -121,9 +121,10 @@ def test_start_writes_a_decodable_command_to_the_murmur2_partition(
             instance_id="order-42",
             reuse_policy=IdReusePolicy.TERMINATE_IF_RUNNING,
             tags={"team": "checkout"},
+            wait=False,  # no processor here: nothing would answer
         )
-        generated = client.start("orders")
-        client.raise_event("order-42", "paid", {"amount": 3})
+        generated = client.start("orders", wait=False)
+        client.raise_event("order-42", "paid", {"amount": 3}, wait=False)
     assert given == "order-42" and len(generated) == 32
     records = _commands(kafka_bootstrap, topics, 3)
     by_key: dict[bytes, list[Any]] = {}
@@ -222,7 +223,8 @@ def test_cli_start_status_and_wait(
     kafka_bootstrap: str, namespace: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     flags = ("--bootstrap-servers", kafka_bootstrap, "--namespace", namespace)
-    assert _cli("start", "orders", "--input", '{"n": 1}', "--id", "cli-1", *flags) == 0
+    start = ("start", "orders", "--input", '{"n": 1}', "--id", "cli-1", "--no-wait")
+    assert _cli(*start, *flags) == 0
     assert capsys.readouterr().out.strip() == "cli-1"
     [(_, _, command)] = _commands(kafka_bootstrap, topic_names(namespace), 1)
     assert isinstance(command, StartWorkflow) and from_payload(command.input) == {"n": 1}
