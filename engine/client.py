@@ -180,7 +180,7 @@ class Client:
         ``wait=False`` it returns once written; with ``flush=False`` the command is only
         queued (call :meth:`flush` after a batch) and not waited for.
         """
-        started = self._service.start(
+        command = self._service.start_command(
             workflow,
             input,
             instance_id=instance_id,
@@ -189,11 +189,10 @@ class Client:
             start_at=start_at,
             tags=tags,
             version=version,
-            flush=flush,
-            wait=wait,
         )
+        outcome = self._service.send(command, flush=flush, wait=wait and flush)
         result = None if isinstance(workflow, str) else return_type(workflow)
-        return WorkflowHandle(started, self, result)
+        return WorkflowHandle(command.instance_id, self, result, outcome)
 
     def handle(self, instance_id: str, result_type: Any = None) -> WorkflowHandle[Any]:
         """A handle on an existing instance; ``result_type`` converts its result."""
@@ -236,12 +235,12 @@ class Client:
         tags: dict[str, str] | None = None,
         request_id: str | None = None,
         wait: bool = True,
-    ) -> CommandOutcome | None:
+    ) -> WorkflowHandle[Any]:
         """Deliver ``event`` to the instance, starting a run of ``workflow`` (with
-        ``input``) first unless it is RUNNING or SUSPENDED, in one atomic step; returns the
-        processor's answer (its reason says which happened). ``client.handle(instance_id,
-        ...)`` then waits for the result."""
-        return self._service.signal_with_start(
+        ``input``) first unless it is RUNNING or SUSPENDED, in one atomic step. Returns the
+        instance's handle; its ``outcome`` is the processor's answer (the reason says
+        which happened) and its ``result()`` waits for the run the event went to."""
+        outcome = self._service.signal_with_start(
             workflow,
             instance_id,
             event,
@@ -252,6 +251,8 @@ class Client:
             request_id=request_id,
             wait=wait,
         )
+        result = None if isinstance(workflow, str) else return_type(workflow)
+        return WorkflowHandle(instance_id, self, result, outcome)
 
     def terminate(
         self,
@@ -326,26 +327,52 @@ class Client:
         """Block until the instance has started; raises WaitTimeoutError after ``timeout``."""
         return InstanceState(self._start_reader().wait_for_start(instance_id, timeout))
 
-    def wait_for_completion(self, instance_id: str, timeout: float | None = None) -> InstanceState:
-        """Block until the instance ended; raises WaitTimeoutError after ``timeout``."""
-        return InstanceState(self._start_reader().wait_for_completion(instance_id, timeout))
+    def wait_for_completion(
+        self, instance_id: str, timeout: float | None = None, *, generation: int = 0
+    ) -> InstanceState:
+        """Block until the instance ended (in ``generation`` or a later one, so the end of
+        an earlier run does not count); raises WaitTimeoutError after ``timeout``."""
+        service = self._start_reader()
+        return InstanceState(
+            service.wait_for_completion(instance_id, timeout, generation=generation)
+        )
 
-    def completion_future(self, instance_id: str) -> Future[InstanceStatus]:
+    def completion_future(self, instance_id: str, generation: int = 0) -> Future[InstanceStatus]:
         """A future of the instance's final status: many waits without a thread each."""
-        return self._start_reader().completion_future(instance_id)
+        return self._start_reader().completion_future(instance_id, generation)
 
 
 class _InstanceHandle(str):
-    """What both handles share: being the instance id, the client, the result type."""
+    """What both handles share: being the instance id, the client, the result type, and
+    the answer to the command that made it (start, signal-with-start)."""
 
     _client: Any
     _result_type: Any
+    _outcome: CommandOutcome | None
 
-    def __new__(cls, instance_id: str, client: Any, result_type: Any = None) -> Self:
+    def __new__(
+        cls,
+        instance_id: str,
+        client: Any,
+        result_type: Any = None,
+        outcome: CommandOutcome | None = None,
+    ) -> Self:
         handle = super().__new__(cls, instance_id)
         handle._client = client
         handle._result_type = result_type
+        handle._outcome = outcome
         return handle
+
+    @property
+    def outcome(self) -> CommandOutcome | None:
+        """The processor's answer to the start (None: not waited for, or a plain handle)."""
+        return self._outcome
+
+    @property
+    def generation(self) -> int:
+        """The generation the start began (0 when unknown): ``result()`` waits for the end
+        of that run or a later one, never an earlier run of the same id."""
+        return 0 if self._outcome is None else self._outcome.generation
 
     @property
     def instance_id(self) -> str:
@@ -370,7 +397,8 @@ class WorkflowHandle(_InstanceHandle, Generic[R]):
         """Wait until the instance ends and return its result (converted to the workflow's
         return type). Raises InstanceFailedError if it FAILED or was TERMINATED,
         WaitTimeoutError after ``timeout`` seconds."""
-        value: R = _result_of(self._client.wait_for_completion(self, timeout), self._result_type)
+        state = self._client.wait_for_completion(self, timeout, generation=self.generation)
+        value: R = _result_of(state, self._result_type)
         return value
 
     def status(self) -> InstanceState | None:
@@ -461,7 +489,7 @@ class AsyncClient:
     ) -> AsyncWorkflowHandle[Any]:
         """As :meth:`Client.start`; returns an :class:`AsyncWorkflowHandle`."""
         handle = await asyncio.to_thread(self.sync.start, workflow, input, **options)
-        return AsyncWorkflowHandle(handle, self, handle.result_type)
+        return AsyncWorkflowHandle(handle, self, handle.result_type, handle.outcome)
 
     def handle(self, instance_id: str, result_type: Any = None) -> AsyncWorkflowHandle[Any]:
         return AsyncWorkflowHandle(instance_id, self, result_type)
@@ -473,11 +501,12 @@ class AsyncClient:
         event: str,
         data: Any = None,
         **options: Any,
-    ) -> CommandOutcome | None:
+    ) -> AsyncWorkflowHandle[Any]:
         """As :meth:`Client.signal_with_start`."""
-        return await asyncio.to_thread(
+        handle = await asyncio.to_thread(
             self.sync.signal_with_start, workflow, instance_id, event, data, **options
         )
+        return AsyncWorkflowHandle(handle, self, handle.result_type, handle.outcome)
 
     async def raise_event(
         self, instance_id: str, name: str, data: Any = None, **options: Any
@@ -515,10 +544,11 @@ class AsyncClient:
         return await asyncio.to_thread(self.sync.list_instances, **filters)
 
     async def wait_for_completion(
-        self, instance_id: str, timeout: float | None = None
+        self, instance_id: str, timeout: float | None = None, *, generation: int = 0
     ) -> InstanceState:
-        """Wait until the instance ended; raises WaitTimeoutError after ``timeout``."""
-        future = await asyncio.to_thread(self.sync.completion_future, instance_id)
+        """Wait until the instance ended (in ``generation`` or later); raises
+        WaitTimeoutError after ``timeout``."""
+        future = await asyncio.to_thread(self.sync.completion_future, instance_id, generation)
         try:
             status = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
         except TimeoutError:
@@ -537,7 +567,7 @@ class AsyncWorkflowHandle(_InstanceHandle, Generic[R]):
 
     async def result(self, timeout: float | None = None) -> R:
         """As :meth:`WorkflowHandle.result`."""
-        state = await self._client.wait_for_completion(self, timeout)
+        state = await self._client.wait_for_completion(self, timeout, generation=self.generation)
         value: R = _result_of(state, self._result_type)
         return value
 

@@ -233,7 +233,7 @@ def _raise(args: argparse.Namespace) -> int:
 
 def _signal_with_start(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        answer = client.signal_with_start(
+        handle = client.signal_with_start(
             args.workflow,
             args.instance_id,
             args.event,
@@ -244,7 +244,7 @@ def _signal_with_start(args: argparse.Namespace) -> int:
             request_id=args.request_id,
             wait=args.wait_answer,
         )
-    return _print_answer(answer)
+    return _print_answer(handle.outcome)
 
 
 def _register_simple(subparsers: SubParsers) -> None:

@@ -197,9 +197,10 @@ class CommandOutcome(Message):
 
     Produced in the transaction of the turn that handled the command, keyed by instance id.
     ``error`` names the client error a refusal raises (an ``engine.core.errors`` class
-    name; empty unless REFUSED); ``status`` is the instance's status after the command
-    (None: the id has no instance). ``duplicate`` marks the answer to a command whose
-    request id was seen before: it repeats the first answer and nothing was applied again.
+    name; empty unless REFUSED); ``status`` and ``generation`` are the instance's after
+    the command (status None: the id has no instance). ``duplicate`` marks the answer to a
+    command whose request id was seen before: it repeats the first answer and nothing was
+    applied again.
     """
 
     KIND: ClassVar[str] = "CommandOutcome"
@@ -211,6 +212,7 @@ class CommandOutcome(Message):
     status: RuntimeStatus | None = None
     duplicate: bool = False
     timestamp_ms: int = 0
+    generation: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,6 +75,12 @@ def is_completed(status: InstanceStatus) -> bool:
     return status.status.is_terminal
 
 
+def completed_since(generation: int) -> StatusPredicate:
+    """The instance ended in ``generation`` or a later one: a wait that must not be
+    satisfied by the end of a run before the one a start began."""
+    return lambda status: status.status.is_terminal and status.generation >= generation
+
+
 # --- ports ---------------------------------------------------------------------------------
 
 
@@ -558,16 +564,20 @@ class WorkflowClient:
         """A future for the first status satisfying ``predicate`` (no thread per wait)."""
         return self.view.watch(instance_id, predicate)
 
-    def completion_future(self, instance_id: str) -> Future[InstanceStatus]:
-        """A future resolved when the instance ends; ``asyncio.wrap_future`` makes it awaitable."""
-        return self.future(instance_id, is_completed)
+    def completion_future(self, instance_id: str, generation: int = 0) -> Future[InstanceStatus]:
+        """A future resolved when the instance ends (in ``generation`` or later);
+        ``asyncio.wrap_future`` makes it awaitable."""
+        return self.future(instance_id, completed_since(generation))
 
     def wait_for_start(self, instance_id: str, timeout: float | None = None) -> InstanceStatus:
         return self._wait(instance_id, is_started, timeout, "start")
 
-    def wait_for_completion(self, instance_id: str, timeout: float | None = None) -> InstanceStatus:
-        """Block until the instance ends; raises WaitTimeoutError after ``timeout`` seconds."""
-        return self._wait(instance_id, is_completed, timeout, "complete")
+    def wait_for_completion(
+        self, instance_id: str, timeout: float | None = None, *, generation: int = 0
+    ) -> InstanceStatus:
+        """Block until the instance ends (in ``generation`` or later); raises
+        WaitTimeoutError after ``timeout`` seconds."""
+        return self._wait(instance_id, completed_since(generation), timeout, "complete")
 
     def _wait(
         self, instance_id: str, predicate: StatusPredicate, timeout: float | None, what: str

@@ -102,6 +102,7 @@ def _answer(b: Batch, msg: Message, verdict: Verdict, now_ms: int, duplicate: bo
     request_id: str = getattr(msg, "request_id", "")
     if record is None or record.topic != b.env.topics.commands or not request_id:
         return
+    meta = b.load(msg.instance_id).meta
     outcome = CommandOutcome(
         instance_id=msg.instance_id,
         request_id=request_id,
@@ -109,9 +110,10 @@ def _answer(b: Batch, msg: Message, verdict: Verdict, now_ms: int, duplicate: bo
         result=verdict.result,
         reason=verdict.reason,
         error=verdict.error,
-        status=b.load(msg.instance_id).meta.status,
+        status=meta.status,
         duplicate=duplicate,
         timestamp_ms=now_ms,
+        generation=meta.generation,
     )
     b.send(b.env.topics.command_outcomes, outcome)
 
