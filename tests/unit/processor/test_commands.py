@@ -9,6 +9,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine import Registry, WorkflowContext
 from engine.codec import decode_message
@@ -20,6 +22,7 @@ from engine.core.errors import (
     InstanceNotSuspendedError,
 )
 from engine.core.history import EventRaised, ExecutionStarted, RuntimeStatus
+from engine.core.instance_row import InstanceRow
 from engine.core.messages import (
     CommandOutcome,
     CommandResult,
@@ -28,6 +31,7 @@ from engine.core.messages import (
     StartWorkflow,
 )
 from engine.core.payloads import to_payload
+from engine.services.processor.command_outcomes import accepted, find, remember
 from engine.testing import TestEngine
 
 registry = Registry()
@@ -280,3 +284,30 @@ def test_events_past_the_pending_ttl_go_to_dead_letters_at_start() -> None:
         assert isinstance(resend, RaiseEvent) and resend.name == "item"
         counters = env.processors[0].counters
         assert counters.dead_letter_kinds == {"PendingEventExpired": 1}
+
+
+# --- the window, as a model --------------------------------------------------------------------
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from("abcdef"), st.integers(0, 50)), max_size=40),
+    st.integers(0, 5),
+    st.integers(0, 100),
+)
+def test_the_window_remembers_exactly_the_newest_recent_requests(
+    steps: list[tuple[str, int]], count: int, age_ms: int
+) -> None:
+    """Against a model: a request id is found iff it is among the last ``count`` remembered
+    requests and was remembered no longer than ``age_ms`` ago."""
+    meta = InstanceRow("i")
+    now = 0
+    remembered: list[tuple[str, int]] = []
+    for request_id, step_ms in steps:
+        now += step_ms
+        seen = find(meta, request_id, now - age_ms)
+        recent = [r for r, t in remembered[-count:] if t >= now - age_ms] if count else []
+        assert (seen is not None) == (request_id in recent)
+        if seen is None:
+            remember(meta, request_id, accepted(), now, count, age_ms)
+            remembered.append((request_id, now))
+        assert len(meta.seen_requests) <= count
