@@ -109,10 +109,12 @@ def test_signal_with_start_restarts_an_ended_instance_with_the_event(
     instance = new_id("sws")
     client.start("t.echo", "done", instance_id=instance)
     client.wait_for_completion(instance, WAIT)
-    answer = client.signal_with_start("t.wait_event", instance, "go", {"n": 1})
-    assert answer is not None and "started" in answer.reason
-    final = client.wait_for_completion(instance, WAIT)
-    assert final.generation == 1 and final.output["got"] == {"n": 1}
+    handle = client.signal_with_start("t.wait_event", instance, "go", {"n": 1})
+    answer = handle.outcome
+    assert answer is not None and "started" in answer.reason and answer.generation == 1
+    # the handle waits for the run it started, not the first run's end
+    assert handle.result(timeout=WAIT)["got"] == {"n": 1}
+    assert client.wait_for_completion(instance, WAIT, generation=1).generation == 1
 
 
 def test_the_async_client_raises_the_same_errors(engine: RunningEngine) -> None:

@@ -212,6 +212,8 @@ def test_each_action_is_confirmed_by_the_status_it_changes(engine: RunningEngine
         return result
 
     try:
+        # resuming an instance that is not suspended is refused, with the reason
+        assert "neither suspended" in str(act(parent, "resume", status=409)["error"])
         suspended = act(parent, "suspend", reason="look")
         assert suspended["outcome"] == "observed"
         assert isinstance(suspended["status"], dict)
@@ -223,8 +225,8 @@ def test_each_action_is_confirmed_by_the_status_it_changes(engine: RunningEngine
         # an event for an ended instance is refused by the processor, and the user sees why
         late = act(child, "raise-event", status=409, name="go")
         assert "refused" in str(late["error"]) and "TERMINATED" in str(late["error"])
-        # so is resuming an instance that is not suspended
-        assert "neither suspended" in str(act(child, "resume", status=409)["error"])
+        # so is resuming one that ended
+        assert "TERMINATED" in str(act(child, "resume", status=409)["error"])
         assert act(parent, "purge")["outcome"] == "observed"
         assert client.get(parent) is None
     finally:
