@@ -109,6 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except CommandRefusedError as error:
+        if error.outcome is None:  # decided from a read (``status`` of an unknown id)
+            print(f"error: {error}", file=sys.stderr)
+            return EXIT_ERROR
         print(f"refused: {error}", file=sys.stderr)
         return EXIT_REFUSED
     except CommandTimeoutError as error:

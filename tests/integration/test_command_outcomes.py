@@ -173,3 +173,21 @@ def test_the_cli_prints_refusals_and_exits_non_zero(
     assert main(signal) == 0
     assert "started" in capsys.readouterr().out
     assert engine.client.wait_for_completion(instance, WAIT).generation == 1
+
+
+def test_the_window_survives_a_takeover(engine: RunningEngine) -> None:
+    """Last in the module: it replaces the module's replica by one with empty tables."""
+    client = engine.client
+    instance = new_id("moved")
+    client.start("t.wait_event", None, instance_id=instance)
+    first = client.raise_event(instance, "other", 1, request_id="before-the-move")
+    assert first is not None and not first.duplicate
+    engine.processors["processor-0"].stop()
+    # a new replica with no state of its own restores the rows from the changelog
+    engine.start_processor("processor-1")
+    again = client.raise_event(instance, "other", 1, request_id="before-the-move")
+    assert again is not None and again.duplicate
+    client.raise_event(instance, "go", "done")
+    assert client.wait_for_completion(instance, WAIT).output["got"] == "done"
+    raised = [e.body for e in engine.history(instance) if isinstance(e.body, EventRaised)]
+    assert [b.name for b in raised] == ["other", "go"]
