@@ -1,7 +1,10 @@
 """One exception tree for the whole engine.
 
 Every error a user can see derives from :class:`TurnstileError`, so ``except TurnstileError``
-is always enough. Messages say what to do next, not only what went wrong.
+is always enough. Messages say what to do next, not only what went wrong. A command the
+processor refused raises a :class:`CommandRefusedError` subclass (under
+:class:`InstanceError`) carrying the processor's answer; one that got no answer in time
+raises :class:`CommandTimeoutError` (a :class:`WaitTimeoutError`).
 """
 
 from __future__ import annotations
