@@ -53,11 +53,24 @@ def namespace(admin: AdminClient) -> Iterator[str]:
     ]
     for future in admin.create_topics(new, operation_timeout=TIMEOUT).values():
         future.result(TIMEOUT)
+    _await_topics(admin, [topics.commands, topics.status])
     yield ns
     deleted = admin.delete_topics([topics.commands, topics.status], operation_timeout=TIMEOUT)
     for future in deleted.values():
         with suppress(Exception):
             future.result(TIMEOUT)
+
+
+def _await_topics(admin: AdminClient, names: list[str]) -> None:
+    """CreateTopics returns once the controller has them; the broker answering metadata
+    learns of them a moment later (longer on a busy machine) - and the client asks it."""
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        known = admin.list_topics(timeout=TIMEOUT).topics
+        if all(n in known and len(known[n].partitions) == PARTITIONS for n in names):
+            return
+        time.sleep(0.05)
+    pytest.fail(f"topics {names} did not show {PARTITIONS} partitions within {TIMEOUT}s")
 
 
 def _settings(bootstrap: str, namespace: str) -> Settings:
