@@ -11,28 +11,34 @@
 with methods for that instance. :class:`AsyncClient` offers the same from asyncio code.
 
 Any Kafka producer can do what :meth:`Client.start` does (produce an Avro ``StartWorkflow``
-to the commands topic); this class only makes it convenient. Reads come from the compacted
-status topic, folded into memory by a background reader that starts with the client.
+to the commands topic); this class only makes it convenient. Every command waits for the
+processor's answer by default (``wait=False`` skips it, for bulk loads) and a refusal raises
+its own error (``WorkflowAlreadyRunningError``, ``InstanceNotFoundError``, ... all
+``CommandRefusedError``); the answers come from one reader of the command-outcomes topic
+per client, started by the first command that waits. Reads come from the compacted status
+topic, folded into memory by a background reader that starts with the client.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
-from engine.adapters.kafka_client import KafkaCommandSink, KafkaStatusReader
+from engine.adapters.kafka_client import KafkaCommandSink, KafkaOutcomeReader, KafkaStatusReader
 from engine.config.settings import Settings, load_settings
 from engine.config.topics import topic_names
 from engine.core.errors import InstanceFailedError, WaitTimeoutError
 from engine.core.history import RuntimeStatus
-from engine.core.messages import IdReusePolicy, InstanceStatus
+from engine.core.messages import CommandOutcome, IdReusePolicy, InstanceStatus
 from engine.core.typed import convert, return_type
 from engine.runtime.registry import Registry
 from engine.services.client import RETRY_REASON, InstanceState, StatusView, WorkflowClient
+from engine.services.outcomes import OutcomeWaiters
 
 __all__ = [
     "AsyncClient",
@@ -65,7 +71,8 @@ class Client:
         timeout: float = 30.0,
     ) -> None:
         """Connect. ``read_status=False`` skips the status reader (a client that only starts
-        workflows); it then starts on the first read."""
+        workflows); it then starts on the first read. ``timeout`` bounds the wait for the
+        status view, for writing a command and for its outcome."""
         if settings is None:
             settings = load_settings(bootstrap_servers=bootstrap_servers, namespace=namespace)
         self.settings = settings
@@ -78,12 +85,17 @@ class Client:
         )
         self._view = StatusView()
         self._reader: KafkaStatusReader | None = None
+        self._outcomes = OutcomeWaiters()
+        self._outcome_reader: KafkaOutcomeReader | None = None
+        self._outcome_lock = threading.Lock()
         self._service = WorkflowClient(
             self._sink,
             self._view,
             registry=registry,
             ready_timeout_s=timeout,
             flush_timeout_s=timeout,
+            outcomes=self._start_outcome_reader,
+            outcome_timeout_s=timeout,
         )
         if read_status:
             try:
@@ -107,15 +119,29 @@ class Client:
             ).start()
         return self._service
 
+    def _start_outcome_reader(self) -> OutcomeWaiters:
+        with self._outcome_lock:
+            if self._outcome_reader is None:
+                self._outcome_reader = KafkaOutcomeReader(
+                    self.settings.bootstrap_servers,
+                    self.topics.command_outcomes,
+                    self._outcomes,
+                    dict(self.settings.extra_kafka),
+                    connect_timeout_s=self.settings.connect_timeout_s,
+                ).start()
+        return self._outcomes
+
     # --- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Write pending commands, stop the status reader."""
+        """Write pending commands, stop the readers."""
         try:
             self._sink.close()
         finally:
             if self._reader is not None:
                 self._reader.close()
+            if self._outcome_reader is not None:
+                self._outcome_reader.close()
 
     def __enter__(self) -> Client:
         return self
@@ -142,15 +168,19 @@ class Client:
         tags: dict[str, str] | None = None,
         version: str = "",
         flush: bool = True,
+        wait: bool = True,
     ) -> WorkflowHandle[Any]:
         """Start an instance of ``workflow`` (a name or a registered function).
 
         Returns its :class:`WorkflowHandle` (the instance id, with methods); given the
         function, the handle's :meth:`~WorkflowHandle.result` has its return type. ``input``
-        may be a JSON value, a dataclass or a pydantic model. With ``flush=False`` the
-        command is only queued: call :meth:`flush` after a batch.
+        may be a JSON value, a dataclass or a pydantic model. Waits for the processor's
+        answer: a refused start raises (``WorkflowAlreadyRunningError`` under
+        ERROR_IF_RUNNING, ``WorkflowAlreadyRanError`` under REJECT_DUPLICATE). With
+        ``wait=False`` it returns once written; with ``flush=False`` the command is only
+        queued (call :meth:`flush` after a batch) and not waited for.
         """
-        started = self._service.start(
+        command = self._service.start_command(
             workflow,
             input,
             instance_id=instance_id,
@@ -159,10 +189,10 @@ class Client:
             start_at=start_at,
             tags=tags,
             version=version,
-            flush=flush,
         )
+        outcome = self._service.send(command, flush=flush, wait=wait and flush)
         result = None if isinstance(workflow, str) else return_type(workflow)
-        return WorkflowHandle(started, self, result)
+        return WorkflowHandle(command.instance_id, self, result, outcome)
 
     def handle(self, instance_id: str, result_type: Any = None) -> WorkflowHandle[Any]:
         """A handle on an existing instance; ``result_type`` converts its result."""
@@ -178,28 +208,102 @@ class Client:
         """Wait until every queued command is written (raises BrokerError if one failed)."""
         self._service.flush()
 
-    def raise_event(self, instance_id: str, name: str, data: Any = None) -> None:
-        self._service.raise_event(instance_id, name, data)
+    def raise_event(
+        self,
+        instance_id: str,
+        name: str,
+        data: Any = None,
+        *,
+        request_id: str | None = None,
+        wait: bool = True,
+    ) -> CommandOutcome | None:
+        """Deliver an external event; returns the processor's answer (None with
+        ``wait=False``). An instance that has not started yet keeps the event until it
+        starts (``result`` BUFFERED); one that ended refuses it (InstanceNotRunningError).
+        The same ``request_id`` sent again is delivered once."""
+        return self._service.raise_event(instance_id, name, data, request_id=request_id, wait=wait)
 
-    def terminate(self, instance_id: str, reason: str = "", recursive: bool = False) -> None:
-        self._service.terminate(instance_id, reason, recursive)
+    def signal_with_start(
+        self,
+        workflow: str | Callable[..., Any],
+        instance_id: str,
+        event: str,
+        data: Any = None,
+        *,
+        input: Any = None,
+        version: str = "",
+        tags: dict[str, str] | None = None,
+        request_id: str | None = None,
+        wait: bool = True,
+    ) -> WorkflowHandle[Any]:
+        """Deliver ``event`` to the instance, starting a run of ``workflow`` (with
+        ``input``) first unless it is RUNNING or SUSPENDED, in one atomic step. Returns the
+        instance's handle; its ``outcome`` is the processor's answer (the reason says
+        which happened) and its ``result()`` waits for the run the event went to."""
+        outcome = self._service.signal_with_start(
+            workflow,
+            instance_id,
+            event,
+            data,
+            input=input,
+            version=version,
+            tags=tags,
+            request_id=request_id,
+            wait=wait,
+        )
+        result = None if isinstance(workflow, str) else return_type(workflow)
+        return WorkflowHandle(instance_id, self, result, outcome)
 
-    def suspend(self, instance_id: str, reason: str = "") -> None:
-        self._service.suspend(instance_id, reason)
+    def terminate(
+        self,
+        instance_id: str,
+        reason: str = "",
+        recursive: bool = False,
+        *,
+        request_id: str | None = None,
+        wait: bool = True,
+    ) -> CommandOutcome | None:
+        """End the instance TERMINATED (``recursive``: its running children too)."""
+        return self._service.terminate(
+            instance_id, reason, recursive, request_id=request_id, wait=wait
+        )
 
-    def resume(self, instance_id: str, reason: str = "") -> None:
-        self._service.resume(instance_id, reason)
+    def suspend(
+        self,
+        instance_id: str,
+        reason: str = "",
+        *,
+        request_id: str | None = None,
+        wait: bool = True,
+    ) -> CommandOutcome | None:
+        return self._service.suspend(instance_id, reason, request_id=request_id, wait=wait)
 
-    def purge(self, instance_id: str) -> None:
-        self._service.purge(instance_id)
+    def resume(
+        self,
+        instance_id: str,
+        reason: str = "",
+        *,
+        request_id: str | None = None,
+        wait: bool = True,
+    ) -> CommandOutcome | None:
+        return self._service.resume(instance_id, reason, request_id=request_id, wait=wait)
 
-    def retry(self, instance_id: str) -> None:
+    def purge(
+        self, instance_id: str, *, request_id: str | None = None, wait: bool = True
+    ) -> CommandOutcome | None:
+        """Remove an ended instance's state and status (InstanceStillRunningError while
+        it runs)."""
+        return self._service.purge(instance_id, request_id=request_id, wait=wait)
+
+    def retry(
+        self, instance_id: str, *, request_id: str | None = None, wait: bool = True
+    ) -> CommandOutcome | None:
         """Run a parked instance (one whose workflow code raised unexpectedly) again now,
         with the code deployed now, instead of at its next scheduled retry.
 
-        It is sent as a resume, which an instance that is not parked ignores unless it is
-        suspended (then it resumes)."""
-        self._service.resume(instance_id, RETRY_REASON)
+        It is sent as a resume: a suspended instance resumes, one neither parked nor
+        suspended refuses it (InstanceNotSuspendedError)."""
+        return self._service.resume(instance_id, RETRY_REASON, request_id=request_id, wait=wait)
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -223,26 +327,52 @@ class Client:
         """Block until the instance has started; raises WaitTimeoutError after ``timeout``."""
         return InstanceState(self._start_reader().wait_for_start(instance_id, timeout))
 
-    def wait_for_completion(self, instance_id: str, timeout: float | None = None) -> InstanceState:
-        """Block until the instance ended; raises WaitTimeoutError after ``timeout``."""
-        return InstanceState(self._start_reader().wait_for_completion(instance_id, timeout))
+    def wait_for_completion(
+        self, instance_id: str, timeout: float | None = None, *, generation: int = 0
+    ) -> InstanceState:
+        """Block until the instance ended (in ``generation`` or a later one, so the end of
+        an earlier run does not count); raises WaitTimeoutError after ``timeout``."""
+        service = self._start_reader()
+        return InstanceState(
+            service.wait_for_completion(instance_id, timeout, generation=generation)
+        )
 
-    def completion_future(self, instance_id: str) -> Future[InstanceStatus]:
+    def completion_future(self, instance_id: str, generation: int = 0) -> Future[InstanceStatus]:
         """A future of the instance's final status: many waits without a thread each."""
-        return self._start_reader().completion_future(instance_id)
+        return self._start_reader().completion_future(instance_id, generation)
 
 
 class _InstanceHandle(str):
-    """What both handles share: being the instance id, the client, the result type."""
+    """What both handles share: being the instance id, the client, the result type, and
+    the answer to the command that made it (start, signal-with-start)."""
 
     _client: Any
     _result_type: Any
+    _outcome: CommandOutcome | None
 
-    def __new__(cls, instance_id: str, client: Any, result_type: Any = None) -> Self:
+    def __new__(
+        cls,
+        instance_id: str,
+        client: Any,
+        result_type: Any = None,
+        outcome: CommandOutcome | None = None,
+    ) -> Self:
         handle = super().__new__(cls, instance_id)
         handle._client = client
         handle._result_type = result_type
+        handle._outcome = outcome
         return handle
+
+    @property
+    def outcome(self) -> CommandOutcome | None:
+        """The processor's answer to the start (None: not waited for, or a plain handle)."""
+        return self._outcome
+
+    @property
+    def generation(self) -> int:
+        """The generation the start began (0 when unknown): ``result()`` waits for the end
+        of that run or a later one, never an earlier run of the same id."""
+        return 0 if self._outcome is None else self._outcome.generation
 
     @property
     def instance_id(self) -> str:
@@ -267,28 +397,35 @@ class WorkflowHandle(_InstanceHandle, Generic[R]):
         """Wait until the instance ends and return its result (converted to the workflow's
         return type). Raises InstanceFailedError if it FAILED or was TERMINATED,
         WaitTimeoutError after ``timeout`` seconds."""
-        value: R = _result_of(self._client.wait_for_completion(self, timeout), self._result_type)
+        state = self._client.wait_for_completion(self, timeout, generation=self.generation)
+        value: R = _result_of(state, self._result_type)
         return value
 
     def status(self) -> InstanceState | None:
         """The latest status, or None if the instance is not known (yet, or any more)."""
         return self._client.get(self)
 
-    def raise_event(self, name: str, data: Any = None) -> None:
-        self._client.raise_event(self, name, data)
+    def raise_event(self, name: str, data: Any = None, **options: Any) -> CommandOutcome | None:
+        """See :meth:`Client.raise_event` (``request_id``, ``wait``)."""
+        return self._client.raise_event(self, name, data, **options)
 
-    def terminate(self, reason: str = "", recursive: bool = False) -> None:
-        self._client.terminate(self, reason, recursive)
+    def terminate(
+        self, reason: str = "", recursive: bool = False, *, wait: bool = True
+    ) -> CommandOutcome | None:
+        return self._client.terminate(self, reason, recursive, wait=wait)
 
-    def suspend(self, reason: str = "") -> None:
-        self._client.suspend(self, reason)
+    def suspend(self, reason: str = "", *, wait: bool = True) -> CommandOutcome | None:
+        return self._client.suspend(self, reason, wait=wait)
 
-    def resume(self, reason: str = "") -> None:
-        self._client.resume(self, reason)
+    def resume(self, reason: str = "", *, wait: bool = True) -> CommandOutcome | None:
+        return self._client.resume(self, reason, wait=wait)
 
-    def retry(self) -> None:
+    def purge(self, *, wait: bool = True) -> CommandOutcome | None:
+        return self._client.purge(self, wait=wait)
+
+    def retry(self, *, wait: bool = True) -> CommandOutcome | None:
         """See :meth:`Client.retry`."""
-        self._client.retry(self)
+        return self._client.retry(self, wait=wait)
 
 
 def _result_of(state: InstanceState, result_type: Any) -> Any:
@@ -352,28 +489,53 @@ class AsyncClient:
     ) -> AsyncWorkflowHandle[Any]:
         """As :meth:`Client.start`; returns an :class:`AsyncWorkflowHandle`."""
         handle = await asyncio.to_thread(self.sync.start, workflow, input, **options)
-        return AsyncWorkflowHandle(handle, self, handle.result_type)
+        return AsyncWorkflowHandle(handle, self, handle.result_type, handle.outcome)
 
     def handle(self, instance_id: str, result_type: Any = None) -> AsyncWorkflowHandle[Any]:
         return AsyncWorkflowHandle(instance_id, self, result_type)
 
-    async def raise_event(self, instance_id: str, name: str, data: Any = None) -> None:
-        await asyncio.to_thread(self.sync.raise_event, instance_id, name, data)
+    async def signal_with_start(
+        self,
+        workflow: str | Callable[..., Any],
+        instance_id: str,
+        event: str,
+        data: Any = None,
+        **options: Any,
+    ) -> AsyncWorkflowHandle[Any]:
+        """As :meth:`Client.signal_with_start`."""
+        handle = await asyncio.to_thread(
+            self.sync.signal_with_start, workflow, instance_id, event, data, **options
+        )
+        return AsyncWorkflowHandle(handle, self, handle.result_type, handle.outcome)
 
-    async def terminate(self, instance_id: str, reason: str = "", recursive: bool = False) -> None:
-        await asyncio.to_thread(self.sync.terminate, instance_id, reason, recursive)
+    async def raise_event(
+        self, instance_id: str, name: str, data: Any = None, **options: Any
+    ) -> CommandOutcome | None:
+        """As :meth:`Client.raise_event`: the answer, or the refusal's error."""
+        return await asyncio.to_thread(self.sync.raise_event, instance_id, name, data, **options)
 
-    async def suspend(self, instance_id: str, reason: str = "") -> None:
-        await asyncio.to_thread(self.sync.suspend, instance_id, reason)
+    async def terminate(
+        self, instance_id: str, reason: str = "", recursive: bool = False, **options: Any
+    ) -> CommandOutcome | None:
+        return await asyncio.to_thread(
+            self.sync.terminate, instance_id, reason, recursive, **options
+        )
 
-    async def resume(self, instance_id: str, reason: str = "") -> None:
-        await asyncio.to_thread(self.sync.resume, instance_id, reason)
+    async def suspend(
+        self, instance_id: str, reason: str = "", **options: Any
+    ) -> CommandOutcome | None:
+        return await asyncio.to_thread(self.sync.suspend, instance_id, reason, **options)
 
-    async def purge(self, instance_id: str) -> None:
-        await asyncio.to_thread(self.sync.purge, instance_id)
+    async def resume(
+        self, instance_id: str, reason: str = "", **options: Any
+    ) -> CommandOutcome | None:
+        return await asyncio.to_thread(self.sync.resume, instance_id, reason, **options)
 
-    async def retry(self, instance_id: str) -> None:
-        await asyncio.to_thread(self.sync.retry, instance_id)
+    async def purge(self, instance_id: str, **options: Any) -> CommandOutcome | None:
+        return await asyncio.to_thread(self.sync.purge, instance_id, **options)
+
+    async def retry(self, instance_id: str, **options: Any) -> CommandOutcome | None:
+        return await asyncio.to_thread(self.sync.retry, instance_id, **options)
 
     async def get(self, instance_id: str) -> InstanceState | None:
         return await asyncio.to_thread(self.sync.get, instance_id)
@@ -382,10 +544,11 @@ class AsyncClient:
         return await asyncio.to_thread(self.sync.list_instances, **filters)
 
     async def wait_for_completion(
-        self, instance_id: str, timeout: float | None = None
+        self, instance_id: str, timeout: float | None = None, *, generation: int = 0
     ) -> InstanceState:
-        """Wait until the instance ended; raises WaitTimeoutError after ``timeout``."""
-        future = await asyncio.to_thread(self.sync.completion_future, instance_id)
+        """Wait until the instance ended (in ``generation`` or later); raises
+        WaitTimeoutError after ``timeout``."""
+        future = await asyncio.to_thread(self.sync.completion_future, instance_id, generation)
         try:
             status = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
         except TimeoutError:
@@ -404,15 +567,28 @@ class AsyncWorkflowHandle(_InstanceHandle, Generic[R]):
 
     async def result(self, timeout: float | None = None) -> R:
         """As :meth:`WorkflowHandle.result`."""
-        state = await self._client.wait_for_completion(self, timeout)
+        state = await self._client.wait_for_completion(self, timeout, generation=self.generation)
         value: R = _result_of(state, self._result_type)
         return value
 
     async def status(self) -> InstanceState | None:
         return await self._client.get(self)
 
-    async def raise_event(self, name: str, data: Any = None) -> None:
-        await self._client.raise_event(self, name, data)
+    async def raise_event(
+        self, name: str, data: Any = None, **options: Any
+    ) -> CommandOutcome | None:
+        return await self._client.raise_event(self, name, data, **options)
 
-    async def terminate(self, reason: str = "", recursive: bool = False) -> None:
-        await self._client.terminate(self, reason, recursive)
+    async def terminate(
+        self, reason: str = "", recursive: bool = False, **options: Any
+    ) -> CommandOutcome | None:
+        return await self._client.terminate(self, reason, recursive, **options)
+
+    async def suspend(self, reason: str = "", **options: Any) -> CommandOutcome | None:
+        return await self._client.suspend(self, reason, **options)
+
+    async def resume(self, reason: str = "", **options: Any) -> CommandOutcome | None:
+        return await self._client.resume(self, reason, **options)
+
+    async def purge(self, **options: Any) -> CommandOutcome | None:
+        return await self._client.purge(self, **options)

@@ -1,11 +1,14 @@
-"""Kafka side of the workflow client: a command producer and a status-topic reader.
+"""Kafka side of the workflow client: a command producer, a status-topic reader and a
+command-outcome reader.
 
 The producer is idempotent and partitions with murmur2, so a command for an instance lands
 on the same partition as one written by a Java or Go producer. The reader is assigned every
 partition of the compacted status topic from the beginning (no consumer group: each client
 needs the whole topic) and folds it into a :class:`StatusView`; it reports "caught up" once
 every partition has reached its end (the partition-EOF event, which librdkafka raises past
-transaction markers, unlike a comparison of positions with watermarks).
+transaction markers, unlike a comparison of positions with watermarks). The outcome reader
+starts at the outcome topic's end as of its start (read_committed: an outcome is visible
+once its turn committed) and hands every record to the client's :class:`OutcomeWaiters`.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ from engine.adapters.kafka_io import log_end_offsets, poll_batch
 from engine.adapters.kafka_logs import unreachable_message, watch_of
 from engine.core.errors import BrokerError, BrokerUnreachableError
 from engine.services.client import StatusView
+from engine.services.outcomes import OutcomeWaiters
 
-__all__ = ["KafkaCommandSink", "KafkaStatusReader", "partition_count"]
+__all__ = ["KafkaCommandSink", "KafkaOutcomeReader", "KafkaStatusReader", "partition_count"]
 
 log = logging.getLogger(__name__)
 
@@ -221,6 +225,77 @@ class KafkaStatusReader:
         if error.fatal():
             raise KafkaException(error)
         log.warning("status reader: %s", error)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        elif not self._thread.ident:
+            self._consumer.close()
+
+
+class KafkaOutcomeReader:
+    """A background thread that hands the command-outcomes topic to :class:`OutcomeWaiters`.
+
+    It is assigned every partition at the log end as of its creation (no consumer group),
+    so every command sent after it exists finds its answer, and the client reads no
+    history of outcomes it never asked for.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        waiters: OutcomeWaiters,
+        extra: dict[str, Any] | None = None,
+        *,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        self.topic = topic
+        self.waiters = waiters
+        config = consumer_config(
+            bootstrap_servers,
+            f"turnstile-client-{uuid.uuid4().hex}",
+            client_id="turnstile-client-outcomes",
+            **{"fetch.wait.max.ms": 5, "fetch.error.backoff.ms": 50, **(extra or {})},
+        )
+        self._consumer = Consumer(config)
+        try:
+            partitions = partition_count(self._consumer, topic, connect_timeout_s, config=config)
+            wanted = [TopicPartition(topic, p) for p in range(partitions)]
+            ends = log_end_offsets(config, wanted)
+        except BrokerError:
+            self._consumer.close()
+            raise
+        self._consumer.assign(
+            [TopicPartition(topic, p, ends[(topic, p)][1]) for p in range(partitions)]
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="outcome-reader", daemon=True)
+
+    def start(self) -> KafkaOutcomeReader:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                for message in poll_batch(self._consumer, _READ_BATCH, 0.1):
+                    self._handle(message)
+        except Exception as exc:  # the waiters must learn that no answer will come
+            log.exception("command outcome reader stopped")
+            self.waiters.mark_failed(BrokerError(f"the command outcome reader stopped: {exc}"))
+        finally:
+            self._consumer.close()
+
+    def _handle(self, message: Message) -> None:
+        error = message.error()
+        if error is None:
+            self.waiters.apply_record(message.value())
+        elif error.fatal():
+            raise KafkaException(error)
+        elif error.code() != KafkaError._PARTITION_EOF:
+            log.warning("command outcome reader: %s", error)
 
     def close(self, timeout_s: float = 5.0) -> None:
         self._stop.set()

@@ -143,6 +143,8 @@ class ProcessorRunner:
             partitions=settings.partitions,
             pending_events_max=settings.pending_events_max,
             pending_events_ttl_ms=settings.pending_events_ttl_ms,
+            dedup_window=settings.dedup_window,
+            dedup_window_ms=settings.dedup_window_ms,
             park_workflow_errors=settings.park_workflow_errors,
             # the cache budget is per replica; each partition gets its share
             cache_capacity=max(100, settings.cache_instances // max(1, settings.partitions)),

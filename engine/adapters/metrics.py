@@ -211,6 +211,22 @@ def _progress_families(p: Progress) -> Iterator[Metric]:
     )
     yield _labelled(
         CounterMetricFamily(
+            "turnstile_command_outcomes",
+            "Commands answered, by command and result (accepted, buffered, refused, duplicate)",
+            labels=["command", "result"],
+        ),
+        {labels: n for labels, n in dict(p.command_outcomes).items()},
+    )
+    yield _labelled(
+        CounterMetricFamily(
+            "turnstile_command_refusals",
+            "Commands refused, by command and the error the client raises",
+            labels=["command", "error"],
+        ),
+        {labels: n for labels, n in dict(p.refusals).items()},
+    )
+    yield _labelled(
+        CounterMetricFamily(
             "turnstile_workflow_runs",
             "Workflow runs started and ended, by workflow and outcome",
             labels=["workflow", "version", "event"],

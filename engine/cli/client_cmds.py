@@ -1,6 +1,8 @@
-"""Client commands: ``start``, ``raise``, ``terminate``, ``suspend``, ``resume``, ``retry``,
-``purge``, ``status`` and ``wait`` - the Python client from a shell.
+"""Client commands: ``start``, ``raise``, ``signal-with-start``, ``terminate``, ``suspend``,
+``resume``, ``retry``, ``purge``, ``status`` and ``wait`` - the Python client from a shell.
 
+Every command waits for the processor's answer (``--no-wait`` skips it) and prints it; a
+refusal exits 4 with the reason (``main``), no answer within ``--timeout`` exits 124.
 Exit codes of ``wait`` and ``start --wait``: 0 when the instance COMPLETED, 1 when it FAILED
 or was TERMINATED, 124 when the wait timed out (like ``timeout(1)``).
 """
@@ -20,7 +22,7 @@ from engine.cli.options import add_settings_arguments, connected_settings
 from engine.client import Client, InstanceState
 from engine.core.errors import InstanceNotFoundError, WaitTimeoutError
 from engine.core.history import RuntimeStatus
-from engine.core.messages import IdReusePolicy
+from engine.core.messages import CommandOutcome, IdReusePolicy
 
 __all__ = ["register"]
 
@@ -95,6 +97,37 @@ def _count(text: str) -> int:
     return value
 
 
+def _add_answer_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--request-id", help="makes a retry safe: the same id is applied once (default: new)"
+    )
+    parser.add_argument(
+        "--no-wait",
+        dest="wait_answer",
+        action="store_false",
+        help="do not wait for the processor's answer (bulk scripts)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_not_negative,
+        default=30.0,
+        help="seconds to wait for the processor's answer (30)",
+    )
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client.from_settings(connected_settings(args), read_status=False, timeout=args.timeout)
+
+
+def _print_answer(outcome: CommandOutcome | None) -> int:
+    """One line for an answered command (nothing with --no-wait); exit status 0."""
+    if outcome is not None:
+        why = f": {outcome.reason}" if outcome.reason else ""
+        duplicate = " (a repeated request, applied once)" if outcome.duplicate else ""
+        print(f"{outcome.result.value}{why}{duplicate}")
+    return 0
+
+
 def _add_wait_flags(parser: argparse.ArgumentParser, timeout: float) -> None:
     parser.add_argument(
         "--timeout", type=_not_negative, default=timeout, help=f"seconds to wait ({timeout:g})"
@@ -123,21 +156,33 @@ def _register_start(subparsers: SubParsers) -> None:
         "--tag", type=_tag, action="append", default=[], help="KEY=VALUE tag (repeatable)"
     )
     start.add_argument("--wait", action="store_true", help="wait for completion, print status")
+    start.add_argument(
+        "--request-id", help="makes a retry safe: the same id starts once (default: new)"
+    )
+    start.add_argument(
+        "--no-wait",
+        dest="wait_answer",
+        action="store_false",
+        help="do not wait for the processor's answer (bulk scripts)",
+    )
     _add_wait_flags(start, 60.0)
 
 
 def _start(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout
     settings = connected_settings(args, within_s=args.timeout if args.wait else None)
-    with Client.from_settings(settings, read_status=args.wait) as client:
+    timeout = args.timeout if args.wait_answer else None
+    with Client.from_settings(settings, read_status=args.wait, timeout=timeout or 30.0) as client:
         instance_id = client.start(
             args.workflow,
             args.input,
             instance_id=args.instance_id,
             reuse_policy=IdReusePolicy(args.reuse_policy),
+            request_id=args.request_id,
             start_at=args.start_at,
             tags=dict(args.tag),
             version=args.version,
+            wait=args.wait_answer,
         )
         if not args.wait:
             print(instance_id)
@@ -155,12 +200,51 @@ def _register_raise(subparsers: SubParsers) -> None:
     parser.add_argument("instance_id", metavar="INSTANCE", help="instance id")
     parser.add_argument("event", metavar="EVENT", help="event name the workflow waits for")
     parser.add_argument("--data", type=_json_value, help="event payload as JSON")
+    _add_answer_flags(parser)
+    both = _command(
+        subparsers,
+        "signal-with-start",
+        "raise an event on an instance, starting it first unless it is running (atomically)",
+        _signal_with_start,
+    )
+    both.add_argument("workflow", metavar="NAME", help="registered workflow name")
+    both.add_argument("instance_id", metavar="INSTANCE", help="instance id")
+    both.add_argument("event", metavar="EVENT", help="event name the workflow waits for")
+    both.add_argument("--data", type=_json_value, help="event payload as JSON")
+    both.add_argument("--input", type=_json_value, help="workflow input as JSON, if it starts")
+    both.add_argument("--version", default="", help="workflow version (default: the only one)")
+    both.add_argument(
+        "--tag", type=_tag, action="append", default=[], help="KEY=VALUE tag (repeatable)"
+    )
+    _add_answer_flags(both)
 
 
 def _raise(args: argparse.Namespace) -> int:
-    with Client.from_settings(connected_settings(args), read_status=False) as client:
-        client.raise_event(args.instance_id, args.event, args.data)
-    return 0
+    with _client(args) as client:
+        answer = client.raise_event(
+            args.instance_id,
+            args.event,
+            args.data,
+            request_id=args.request_id,
+            wait=args.wait_answer,
+        )
+    return _print_answer(answer)
+
+
+def _signal_with_start(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        handle = client.signal_with_start(
+            args.workflow,
+            args.instance_id,
+            args.event,
+            args.data,
+            input=args.input,
+            version=args.version,
+            tags=dict(args.tag),
+            request_id=args.request_id,
+            wait=args.wait_answer,
+        )
+    return _print_answer(handle.outcome)
 
 
 def _register_simple(subparsers: SubParsers) -> None:
@@ -170,6 +254,7 @@ def _register_simple(subparsers: SubParsers) -> None:
     terminate.add_argument(
         "--recursive", action="store_true", help="also terminate its child workflows"
     )
+    _add_answer_flags(terminate)
     for name, help in (
         ("suspend", "suspend an instance (events keep arriving, applied on resume)"),
         ("resume", "resume a suspended instance"),
@@ -178,8 +263,10 @@ def _register_simple(subparsers: SubParsers) -> None:
         parser.add_argument("instance_id", metavar="INSTANCE", help="instance id")
         parser.add_argument("--reason", default="", help="recorded in the instance's history")
         parser.set_defaults(operation=name)
+        _add_answer_flags(parser)
     purge = _command(subparsers, "purge", "delete a completed instance's state", _purge)
     purge.add_argument("instance_id", metavar="INSTANCE", help="instance id")
+    _add_answer_flags(purge)
     retry = _command(
         subparsers,
         "retry",
@@ -187,33 +274,40 @@ def _register_simple(subparsers: SubParsers) -> None:
         _retry,
     )
     retry.add_argument("instance_id", metavar="INSTANCE", help="instance id")
+    _add_answer_flags(retry)
 
 
 def _terminate(args: argparse.Namespace) -> int:
-    with Client.from_settings(connected_settings(args), read_status=False) as client:
-        client.terminate(args.instance_id, args.reason, args.recursive)
-    return 0
+    with _client(args) as client:
+        answer = client.terminate(
+            args.instance_id,
+            args.reason,
+            args.recursive,
+            request_id=args.request_id,
+            wait=args.wait_answer,
+        )
+    return _print_answer(answer)
 
 
 def _suspend_or_resume(args: argparse.Namespace) -> int:
-    with Client.from_settings(connected_settings(args), read_status=False) as client:
-        if args.operation == "suspend":
-            client.suspend(args.instance_id, args.reason)
-        else:
-            client.resume(args.instance_id, args.reason)
-    return 0
+    with _client(args) as client:
+        send = client.suspend if args.operation == "suspend" else client.resume
+        answer = send(
+            args.instance_id, args.reason, request_id=args.request_id, wait=args.wait_answer
+        )
+    return _print_answer(answer)
 
 
 def _retry(args: argparse.Namespace) -> int:
-    with Client.from_settings(connected_settings(args), read_status=False) as client:
-        client.retry(args.instance_id)
-    return 0
+    with _client(args) as client:
+        answer = client.retry(args.instance_id, request_id=args.request_id, wait=args.wait_answer)
+    return _print_answer(answer)
 
 
 def _purge(args: argparse.Namespace) -> int:
-    with Client.from_settings(connected_settings(args), read_status=False) as client:
-        client.purge(args.instance_id)
-    return 0
+    with _client(args) as client:
+        answer = client.purge(args.instance_id, request_id=args.request_id, wait=args.wait_answer)
+    return _print_answer(answer)
 
 
 # --- status and wait -------------------------------------------------------------------------

@@ -30,12 +30,19 @@ from engine.cli import (
     ui_cmd,
     worker_cmd,
 )
-from engine.core.errors import BrokerUnreachableError, TurnstileError
+from engine.core.errors import (
+    BrokerUnreachableError,
+    CommandRefusedError,
+    CommandTimeoutError,
+    TurnstileError,
+)
 
 CommandHandler = Callable[[argparse.Namespace], int]
 
 EXIT_ERROR = 1
 EXIT_UNREACHABLE = 69  # EX_UNAVAILABLE of sysexits(3)
+EXIT_REFUSED = 4  # the processor refused the command
+EXIT_NO_ANSWER = 124  # like timeout(1): the command was sent, no answer came in time
 EXIT_INTERRUPTED = 130
 
 
@@ -101,6 +108,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokerUnreachableError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_UNREACHABLE
+    except CommandRefusedError as error:
+        if error.outcome is None:  # decided from a read (``status`` of an unknown id)
+            print(f"error: {error}", file=sys.stderr)
+            return EXIT_ERROR
+        print(f"refused: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    except CommandTimeoutError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_NO_ANSWER
     except TurnstileError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_ERROR

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from engine.cli.log_format import LOG_FORMATS, formatter
 from engine.config.settings import Settings, load_settings, parse_kafka_pair
 from engine.core.errors import ConfigurationError
 
@@ -126,13 +127,20 @@ def add_log_level_argument(parser: argparse.ArgumentParser) -> None:
         default="INFO",
         help="logging level of the engine's messages (INFO)",
     )
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="text lines for people (default) or one JSON object per line for machines",
+    )
 
 
 def configure_logging(args: argparse.Namespace) -> None:
-    """Log lines with a time stamp at ``--log-level`` on stderr."""
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    """Log lines at ``--log-level`` on stderr, as text (with the instance id and
+    generation of lines about an instance) or JSON (``--log-format``)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(formatter(getattr(args, "log_format", "text")))
+    logging.basicConfig(level=args.log_level, handlers=[handler])
 
 
 def add_module_arguments(parser: argparse.ArgumentParser, registers: str) -> None:

@@ -23,12 +23,14 @@ from typing import Any
 from engine.core.errors import CodecError
 from engine.core.failure import FailureDetails
 from engine.core.history import EVENT_TYPES, HistoryEvent, RuntimeStatus
-from engine.core.instance_row import InstanceRow, Parked, PendingEvent
+from engine.core.instance_row import InstanceRow, Parked, PendingEvent, SeenRequest
 from engine.core.messages import (
     COMMAND_TYPES,
     ActivityResult,
     ActivityTask,
     ChildResult,
+    CommandOutcome,
+    CommandResult,
     DeadLetter,
     IdReusePolicy,
     InstanceStatus,
@@ -46,6 +48,7 @@ MESSAGE_RECORD_TYPES: tuple[type[Message], ...] = (
     ActivityResult,
     InstanceStatus,
     DeadLetter,
+    CommandOutcome,
 )
 
 _PLAIN_RECORDS: dict[str, type] = {
@@ -59,10 +62,15 @@ _PLAIN_RECORDS: dict[str, type] = {
         InstanceRow,
         PendingEvent,
         Parked,
+        SeenRequest,
     )
 }
 _COMMAND_BODIES: dict[str, type] = {cls.__name__: cls for cls in COMMAND_TYPES}
-_ENUMS: dict[str, type[Enum]] = {"RuntimeStatus": RuntimeStatus, "IdReusePolicy": IdReusePolicy}
+_ENUMS: dict[str, type[Enum]] = {
+    "RuntimeStatus": RuntimeStatus,
+    "IdReusePolicy": IdReusePolicy,
+    "CommandResult": CommandResult,
+}
 
 #: The Command envelope: its ``instance_id`` is lifted into the body, which is the message.
 COMMAND_RECORD = "Command"

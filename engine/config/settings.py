@@ -55,6 +55,10 @@ class Settings:
     #: Events raised for instances that do not exist yet are kept within these bounds.
     pending_events_max: int = 1000
     pending_events_ttl_ms: int = 24 * 3600 * 1000
+    #: Command request ids each instance remembers (the newest this many, none older than
+    #: this), so that a command sent again is answered alike instead of applied twice.
+    dedup_window: int = 64
+    dedup_window_ms: int = 24 * 3600 * 1000
     #: Hot instances kept in memory per replica.
     cache_instances: int = 10000
     worker_concurrency: int = 16
@@ -296,6 +300,8 @@ _CHECKS: dict[str, Callable[[str, Any], str | None]] = {
     "max_batch_ms": _not_negative,
     "pending_events_max": _not_negative,
     "pending_events_ttl_ms": _not_negative,
+    "dedup_window": _not_negative,
+    "dedup_window_ms": _not_negative,
     "cache_instances": _positive,
     "worker_concurrency": _positive,
     "worker_id": _not_empty,

@@ -44,6 +44,7 @@ class TopicNames:
     state_changelog: str
     timer_changelog: str
     dead_letters: str
+    command_outcomes: str
 
     def names(self) -> tuple[str, ...]:
         return tuple(getattr(self, f.name) for f in fields(self))

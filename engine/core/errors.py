@@ -1,7 +1,10 @@
 """One exception tree for the whole engine.
 
 Every error a user can see derives from :class:`TurnstileError`, so ``except TurnstileError``
-is always enough. Messages say what to do next, not only what went wrong.
+is always enough. Messages say what to do next, not only what went wrong. A command the
+processor refused raises a :class:`CommandRefusedError` subclass (under
+:class:`InstanceError`) carrying the processor's answer; one that got no answer in time
+raises :class:`CommandTimeoutError` (a :class:`WaitTimeoutError`).
 """
 
 from __future__ import annotations
@@ -177,16 +180,64 @@ class InstanceError(TurnstileError):
     """An operation on a workflow instance was refused."""
 
 
-class InstanceNotFoundError(InstanceError):
-    """No status record exists for the instance."""
+class CommandRefusedError(InstanceError):
+    """The processor refused a command (its answer on the command-outcomes topic).
+
+    ``outcome`` is that answer (an ``engine.core.messages.CommandOutcome``: the reason and
+    the instance's status), or None when the refusal was decided without asking the
+    processor (a read of the status view). Each refusal has its own subclass below.
+    """
+
+    def __init__(self, message: str, outcome: Any = None) -> None:
+        super().__init__(message)
+        self.outcome = outcome
 
 
-class InstanceAlreadyExistsError(InstanceError):
+class InstanceNotFoundError(CommandRefusedError):
+    """No instance exists for the id (never started, or purged)."""
+
+
+class InstanceAlreadyExistsError(CommandRefusedError):
     """A start was refused by the ID-reuse policy."""
+
+
+class WorkflowAlreadyRunningError(InstanceAlreadyExistsError):
+    """A start under ERROR_IF_RUNNING found the instance PENDING, RUNNING or SUSPENDED."""
+
+
+class WorkflowAlreadyRanError(InstanceAlreadyExistsError):
+    """A start under REJECT_DUPLICATE found an instance that already ran under the id."""
+
+
+class InstanceNotRunningError(CommandRefusedError):
+    """The instance has ended (COMPLETED, FAILED, TERMINATED): it takes no more commands
+    or events; start a new run under the id instead (``signal_with_start`` does both)."""
+
+
+class InstanceNotSuspendedError(CommandRefusedError):
+    """A resume found the instance neither suspended nor parked."""
+
+
+class InstanceAlreadySuspendedError(CommandRefusedError):
+    """A suspend found the instance suspended already."""
+
+
+class InstanceStillRunningError(CommandRefusedError):
+    """A purge found the instance still PENDING, RUNNING or SUSPENDED."""
+
+
+class PendingEventsFullError(CommandRefusedError):
+    """An event for an instance that has not started found its bound of pending events
+    full (``pending_events_max``); the event went to dead letters."""
 
 
 class WaitTimeoutError(TurnstileError):
     """A client wait (for start, for completion) ran out of time."""
+
+
+class CommandTimeoutError(WaitTimeoutError):
+    """A command was written but its outcome did not arrive in time (is a processor
+    running?); sending it again with the same request id is safe."""
 
 
 # --- infrastructure -----------------------------------------------------------------------

@@ -2,10 +2,11 @@
 
 It holds what the status record shows plus the engine's own bookkeeping: where the current
 generation's history starts, the next sequence number, the tail of the hash chain, events
-raised before the instance started, a start that waits for its scheduled time, and what a
-parked instance waits with (``engine/services/processor/parking.py``). It is
-an Avro record like every other (``schemas/InstanceRow.avsc``), so the changelog can be
-read by any Avro tool and evolves under the same rules.
+raised before the instance started, a start that waits for its scheduled time, what a
+parked instance waits with (``engine/services/processor/parking.py``), and the request ids
+of recent commands (``engine/services/processor/command_outcomes.py``). It is an Avro
+record like every other (``schemas/InstanceRow.avsc``), so the changelog can be read by any
+Avro tool and evolves under the same rules.
 """
 
 from __future__ import annotations
@@ -25,6 +26,18 @@ class PendingEvent:
     name: str
     input: Payload | None
     received_ms: int
+
+
+@dataclass(slots=True)
+class SeenRequest:
+    """A command request id the instance answered recently, with its answer, so that the
+    same command sent again (a client retry) is answered alike and not applied twice."""
+
+    request_id: str
+    received_ms: int
+    result: str
+    error: str = ""
+    reason: str = ""
 
 
 @dataclass(slots=True)
@@ -68,6 +81,9 @@ class InstanceRow:
     scheduled_start: StartWorkflow | None = None
     #: Set while a bug in the workflow code keeps the instance waiting for a fix.
     parked: Parked | None = None
+    #: Recent command request ids, oldest first (bounded by count and age: the settings
+    #: ``dedup_window`` and ``dedup_window_ms``).
+    seen_requests: list[SeenRequest] = field(default_factory=list)
 
     @property
     def exists(self) -> bool:

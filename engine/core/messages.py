@@ -67,23 +67,46 @@ class TerminateWorkflow(Message):
     KIND: ClassVar[str] = "TerminateWorkflow"
     reason: str = ""
     recursive: bool = False
+    request_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class SuspendWorkflow(Message):
     KIND: ClassVar[str] = "SuspendWorkflow"
     reason: str = ""
+    request_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class ResumeWorkflow(Message):
     KIND: ClassVar[str] = "ResumeWorkflow"
     reason: str = ""
+    request_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class PurgeWorkflow(Message):
     KIND: ClassVar[str] = "PurgeWorkflow"
+    request_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SignalWithStart(Message):
+    """Start the instance unless it runs, then deliver an event to it, in one turn.
+
+    A running (or suspended) instance just receives the event; a scheduled one keeps it
+    until it starts; otherwise (never started, or ended) a new run starts with the event
+    as its first input after the start, so the event can never be lost between the two.
+    """
+
+    KIND: ClassVar[str] = "SignalWithStart"
+    name: str = ""
+    input: Payload | None = None
+    version: str = ""
+    request_id: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
+    event_name: str = ""
+    event_input: Payload | None = None
 
 
 COMMAND_TYPES: tuple[type[Message], ...] = (
@@ -93,6 +116,7 @@ COMMAND_TYPES: tuple[type[Message], ...] = (
     SuspendWorkflow,
     ResumeWorkflow,
     PurgeWorkflow,
+    SignalWithStart,
 )
 
 
@@ -156,6 +180,39 @@ class InstanceStatus(Message):
     parent_instance_id: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
     request_id: str = ""
+
+
+class CommandResult(StrEnum):
+    """How the processor answered a command."""
+
+    ACCEPTED = "ACCEPTED"
+    #: An event for an instance that has not started yet: kept until it starts.
+    BUFFERED = "BUFFERED"
+    REFUSED = "REFUSED"
+
+
+@dataclass(frozen=True, slots=True)
+class CommandOutcome(Message):
+    """The processor's answer to one command, on the command-outcomes topic.
+
+    Produced in the transaction of the turn that handled the command, keyed by instance id.
+    ``error`` names the client error a refusal raises (an ``engine.core.errors`` class
+    name; empty unless REFUSED); ``status`` and ``generation`` are the instance's after
+    the command (status None: the id has no instance). ``duplicate`` marks the answer to a
+    command whose request id was seen before: it repeats the first answer and nothing was
+    applied again.
+    """
+
+    KIND: ClassVar[str] = "CommandOutcome"
+    request_id: str = ""
+    command: str = ""
+    result: CommandResult = CommandResult.ACCEPTED
+    reason: str = ""
+    error: str = ""
+    status: RuntimeStatus | None = None
+    duplicate: bool = False
+    timestamp_ms: int = 0
+    generation: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,9 @@
 """The workflow client's logic: build commands, keep a live view of instance statuses, wait.
 
 Writes are commands produced to the commands topic (keyed by instance id, so that they land
-on the instance's partition). Reads never ask the processor anything: the processor keeps
+on the instance's partition); each carries a request id, and by default the client waits for
+the processor's answer to it (``engine.services.outcomes``) and raises a refusal as a typed
+error. Reads never ask the processor anything: the processor keeps
 the latest metadata of every instance on the compacted status topic, and the client folds
 that topic into an in-memory view (:class:`StatusView`). A read waits once, on first use,
 until the view has caught up with the end of the topic as it was when the client started;
@@ -27,12 +29,14 @@ from engine.core.errors import CodecError, WaitTimeoutError
 from engine.core.failure import FailureDetails
 from engine.core.history import RuntimeStatus
 from engine.core.messages import (
+    CommandOutcome,
     IdReusePolicy,
     InstanceStatus,
     Message,
     PurgeWorkflow,
     RaiseEvent,
     ResumeWorkflow,
+    SignalWithStart,
     StartWorkflow,
     SuspendWorkflow,
     TerminateWorkflow,
@@ -40,6 +44,7 @@ from engine.core.messages import (
 from engine.core.payloads import Payload, describe_payload, from_payload, to_payload
 from engine.runtime.jsonhistory import failure_to_json
 from engine.runtime.registry import Registry, default_registry
+from engine.services.outcomes import OutcomeWaiters, raise_for_refusal
 
 __all__ = [
     "RETRY_REASON",
@@ -68,6 +73,12 @@ def is_started(status: InstanceStatus) -> bool:
 def is_completed(status: InstanceStatus) -> bool:
     """The instance ended: COMPLETED, FAILED or TERMINATED (not CONTINUED_AS_NEW)."""
     return status.status.is_terminal
+
+
+def completed_since(generation: int) -> StatusPredicate:
+    """The instance ended in ``generation`` or a later one: a wait that must not be
+    satisfied by the end of a run before the one a start began."""
+    return lambda status: status.status.is_terminal and status.generation >= generation
 
 
 # --- ports ---------------------------------------------------------------------------------
@@ -322,8 +333,17 @@ def _epoch_ms(when: datetime) -> int:
     return int(when.timestamp() * 1000)
 
 
+def _request_id(given: str | None) -> str:
+    return given or uuid.uuid4().hex
+
+
 class WorkflowClient:
-    """Starts and controls instances through commands; reads them from the status view."""
+    """Starts and controls instances through commands; reads them from the status view.
+
+    ``outcomes`` gives the waiters the outcome reader feeds (called on the first command
+    that waits, so a client that never waits never starts the reader); without it, commands
+    are only written. ``outcome_timeout_s`` bounds each wait for an answer.
+    """
 
     def __init__(
         self,
@@ -333,17 +353,43 @@ class WorkflowClient:
         registry: Registry | None = None,
         ready_timeout_s: float = 30.0,
         flush_timeout_s: float = 30.0,
+        outcomes: Callable[[], OutcomeWaiters] | None = None,
+        outcome_timeout_s: float = 30.0,
     ) -> None:
         self.sink = sink
         self.view = view
         self.registry = registry or default_registry
         self.ready_timeout_s = ready_timeout_s
         self.flush_timeout_s = flush_timeout_s
+        self.outcomes = outcomes
+        self.outcome_timeout_s = outcome_timeout_s
 
     # --- commands ---------------------------------------------------------------------------
 
-    def send(self, command: Message, *, flush: bool = True) -> None:
-        """Produce one command (to its instance's partition); by default wait until written."""
+    def send(
+        self, command: Message, *, flush: bool = True, wait: bool = False
+    ) -> CommandOutcome | None:
+        """Produce one command (to its instance's partition); by default wait until written.
+
+        With ``wait`` (and a request id on the command), wait for the processor's answer:
+        returns it when accepted or buffered, raises the refusal's error
+        (``CommandRefusedError`` subclasses) or ``CommandTimeoutError``."""
+        request_id: str = getattr(command, "request_id", "")
+        if not (wait and request_id and self.outcomes is not None):
+            self._write(command, flush)
+            return None
+        waiters = self.outcomes()
+        future = waiters.expect(request_id)
+        try:
+            self._write(command, True)
+        except BaseException:
+            waiters.forget(request_id)
+            raise
+        what = f"{command.KIND} for {command.instance_id!r}"
+        outcome = waiters.wait(request_id, future, self.outcome_timeout_s, what)
+        return raise_for_refusal(outcome)
+
+    def _write(self, command: Message, flush: bool) -> None:
         self.sink.send(command.instance_id.encode("utf-8"), encode_message(command))
         if flush:
             self.flush()
@@ -371,7 +417,7 @@ class WorkflowClient:
             input=None if input is None else to_payload(input),
             version=version,
             reuse_policy=IdReusePolicy(reuse_policy),
-            request_id=request_id or uuid.uuid4().hex,
+            request_id=_request_id(request_id),
             scheduled_start_ms=None if start_at is None else _epoch_ms(start_at),
             tags=dict(tags or {}),
         )
@@ -382,11 +428,15 @@ class WorkflowClient:
         input: Any = None,
         *,
         flush: bool = True,
+        wait: bool = True,
         **options: Any,
     ) -> str:
-        """Start an instance; returns its id. ``options`` are those of :meth:`start_command`."""
+        """Start an instance; returns its id. ``options`` are those of :meth:`start_command`.
+
+        Waits for the processor's answer unless ``wait=False`` or ``flush=False`` (bulk
+        loads): a refused start raises, e.g. ``WorkflowAlreadyRunningError``."""
         command = self.start_command(workflow, input, **options)
-        self.send(command, flush=flush)
+        self.send(command, flush=flush, wait=wait and flush)
         return command.instance_id
 
     def start_many(
@@ -407,24 +457,81 @@ class WorkflowClient:
         *,
         request_id: str | None = None,
         flush: bool = True,
-    ) -> None:
-        """Deliver an external event (kept for the instance even if it does not exist yet)."""
+        wait: bool = True,
+    ) -> CommandOutcome | None:
+        """Deliver an external event. For an instance that has not started yet the event is
+        kept until it starts (the answer is BUFFERED); one that ended refuses it."""
         payload = None if data is None else to_payload(data)
-        command = RaiseEvent(instance_id, name, payload, request_id or uuid.uuid4().hex)
-        self.send(command, flush=flush)
+        command = RaiseEvent(instance_id, name, payload, _request_id(request_id))
+        return self.send(command, flush=flush, wait=wait and flush)
 
-    def terminate(self, instance_id: str, reason: str = "", recursive: bool = False) -> None:
-        self.send(TerminateWorkflow(instance_id, reason, recursive))
+    def signal_with_start(
+        self,
+        workflow: str | Callable[..., Any],
+        instance_id: str,
+        event: str,
+        data: Any = None,
+        *,
+        input: Any = None,
+        version: str = "",
+        tags: dict[str, str] | None = None,
+        request_id: str | None = None,
+        wait: bool = True,
+    ) -> CommandOutcome | None:
+        """Deliver ``event`` to the instance, starting it first (with ``input``) unless it
+        is RUNNING or SUSPENDED, atomically: the event cannot fall between an end and a
+        new start."""
+        command = SignalWithStart(
+            instance_id=instance_id,
+            name=self.registry.workflow_name(workflow),
+            input=None if input is None else to_payload(input),
+            version=version,
+            request_id=_request_id(request_id),
+            tags=dict(tags or {}),
+            event_name=event,
+            event_input=None if data is None else to_payload(data),
+        )
+        return self.send(command, wait=wait)
 
-    def suspend(self, instance_id: str, reason: str = "") -> None:
-        self.send(SuspendWorkflow(instance_id, reason))
+    def terminate(
+        self,
+        instance_id: str,
+        reason: str = "",
+        recursive: bool = False,
+        *,
+        request_id: str | None = None,
+        wait: bool = True,
+    ) -> CommandOutcome | None:
+        command = TerminateWorkflow(instance_id, reason, recursive, _request_id(request_id))
+        return self.send(command, wait=wait)
 
-    def resume(self, instance_id: str, reason: str = "") -> None:
-        self.send(ResumeWorkflow(instance_id, reason))
+    def suspend(
+        self,
+        instance_id: str,
+        reason: str = "",
+        *,
+        request_id: str | None = None,
+        wait: bool = True,
+    ) -> CommandOutcome | None:
+        command = SuspendWorkflow(instance_id, reason, _request_id(request_id))
+        return self.send(command, wait=wait)
 
-    def purge(self, instance_id: str) -> None:
-        """Remove a completed instance's state and status (ignored while it runs)."""
-        self.send(PurgeWorkflow(instance_id))
+    def resume(
+        self,
+        instance_id: str,
+        reason: str = "",
+        *,
+        request_id: str | None = None,
+        wait: bool = True,
+    ) -> CommandOutcome | None:
+        command = ResumeWorkflow(instance_id, reason, _request_id(request_id))
+        return self.send(command, wait=wait)
+
+    def purge(
+        self, instance_id: str, *, request_id: str | None = None, wait: bool = True
+    ) -> CommandOutcome | None:
+        """Remove an ended instance's state and status (refused while it runs)."""
+        return self.send(PurgeWorkflow(instance_id, _request_id(request_id)), wait=wait)
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -457,16 +564,20 @@ class WorkflowClient:
         """A future for the first status satisfying ``predicate`` (no thread per wait)."""
         return self.view.watch(instance_id, predicate)
 
-    def completion_future(self, instance_id: str) -> Future[InstanceStatus]:
-        """A future resolved when the instance ends; ``asyncio.wrap_future`` makes it awaitable."""
-        return self.future(instance_id, is_completed)
+    def completion_future(self, instance_id: str, generation: int = 0) -> Future[InstanceStatus]:
+        """A future resolved when the instance ends (in ``generation`` or later);
+        ``asyncio.wrap_future`` makes it awaitable."""
+        return self.future(instance_id, completed_since(generation))
 
     def wait_for_start(self, instance_id: str, timeout: float | None = None) -> InstanceStatus:
         return self._wait(instance_id, is_started, timeout, "start")
 
-    def wait_for_completion(self, instance_id: str, timeout: float | None = None) -> InstanceStatus:
-        """Block until the instance ends; raises WaitTimeoutError after ``timeout`` seconds."""
-        return self._wait(instance_id, is_completed, timeout, "complete")
+    def wait_for_completion(
+        self, instance_id: str, timeout: float | None = None, *, generation: int = 0
+    ) -> InstanceStatus:
+        """Block until the instance ends (in ``generation`` or later); raises
+        WaitTimeoutError after ``timeout`` seconds."""
+        return self._wait(instance_id, completed_since(generation), timeout, "complete")
 
     def _wait(
         self, instance_id: str, predicate: StatusPredicate, timeout: float | None, what: str

@@ -113,6 +113,31 @@ class Completion:
         )
 
 
+def _log_failed_attempt(c: Completion) -> None:
+    """One WARNING per failed or timed-out attempt: what ran, which attempt, why (the
+    workflow's retry policy decides what happens next)."""
+    task, failure = c.task, c.failure
+    assert failure is not None
+    what = "timed out" if c.outcome == "timeout" else "failed"
+    log.warning(
+        "activity %s %s: instance %s, task %d, attempt %d: %s: %s",
+        task.name,
+        what,
+        task.instance_id,
+        task.task_id,
+        task.attempt,
+        failure.type,
+        failure.message,
+        extra={
+            "instance_id": task.instance_id,
+            "generation": task.generation,
+            "task_id": task.task_id,
+            "attempt": task.attempt,
+            "error_type": failure.type,
+        },
+    )
+
+
 def _arity(fn: Callable[..., Any]) -> int:
     """How many arguments to pass: 0, 1 (the input) or 2 (the input and the context)."""
     try:
@@ -595,6 +620,7 @@ class Worker:
         self.stats["results"] += 1
         if c.failure is not None:
             self.stats["failures"] += 1
+            _log_failed_attempt(c)
         key = c.task.instance_id.encode("utf-8")
         return Outbound(key, encode_message(c.result()), c.partition)
 

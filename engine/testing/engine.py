@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
@@ -22,6 +23,7 @@ from engine.codec import decode_history, decode_message
 from engine.config.settings import Settings
 from engine.config.topics import TopicNames, full_name, logical_names, topic_names
 from engine.core.errors import (
+    CommandTimeoutError,
     InstanceTurnError,
     RecordHandlingError,
     TurnstileError,
@@ -29,7 +31,7 @@ from engine.core.errors import (
 )
 from engine.core.history import HistoryEvent
 from engine.core.keys import murmur2_partition
-from engine.core.messages import DeadLetter, IdReusePolicy, Message
+from engine.core.messages import CommandOutcome, DeadLetter, IdReusePolicy, Message
 from engine.runtime.registry import Registry, default_registry
 from engine.services.client import (
     RETRY_REASON,
@@ -38,6 +40,7 @@ from engine.services.client import (
     WorkflowClient,
     is_completed,
 )
+from engine.services.outcomes import OutcomeWaiters
 from engine.services.processor.memory_store import MemoryPartitionStore
 from engine.services.processor.partition import Environment, PartitionProcessor
 from engine.services.processor.protocol import BatchMetrics, NoMetrics, Step
@@ -83,12 +86,35 @@ class _CommandSink:
         return None  # every send is written at once
 
 
+class _RunningOutcomes(OutcomeWaiters):
+    """The test engine's outcome waits: run the processors (not the clock, not the
+    activities) until the command is answered, as a processor would in the background."""
+
+    def __init__(self, run_once: Callable[[], bool]) -> None:
+        super().__init__()
+        self._run_once = run_once
+
+    def wait(
+        self, request_id: str, future: Future[CommandOutcome], timeout_s: float, what: str
+    ) -> CommandOutcome:
+        for _ in range(MAX_ROUNDS):
+            if future.done() or not self._run_once():
+                break
+        if not future.done():
+            self.forget(request_id)
+            raise CommandTimeoutError(f"{what} was not answered: the engine has nothing to run")
+        return future.result()
+
+
 class TestEngine:
     """A whole engine in the test process: no broker, no disk, no waiting for timers.
 
     ``registry`` holds the workflows and activities (default: the ``@workflow`` /
     ``@activity`` registry); ``activities`` replaces activities by name or function, e.g.
-    ``{"orders.charge": fake_charge}``. Commands mirror :class:`engine.client.Client`.
+    ``{"orders.charge": fake_charge}``. Commands mirror :class:`engine.client.Client`:
+    each waits for the processor's answer (the processors run until it is there; the clock
+    and the activities wait for :meth:`run`) and a refusal raises the same error; with
+    ``wait=False`` the command only waits on its topic for the next :meth:`run`.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -117,6 +143,8 @@ class TestEngine:
             partitions=partitions,
             pending_events_max=base.pending_events_max,
             pending_events_ttl_ms=base.pending_events_ttl_ms,
+            dedup_window=base.dedup_window,
+            dedup_window_ms=base.dedup_window_ms,
             park_workflow_errors=base.park_workflow_errors,
             cache_capacity=max(100, base.cache_instances // partitions),
             limits=base.limits,
@@ -139,13 +167,16 @@ class TestEngine:
         self._metrics: BatchMetrics = metrics or NoMetrics()
         self._view = StatusView()
         self._view.mark_ready()
+        self._outcomes = _RunningOutcomes(self._run_processors)
         self._replacements = dict(activities or {})
         self._env = env
         self.client, self._worker = self._clients(self.registry)
 
     def _clients(self, registry: Registry) -> tuple[WorkflowClient, Worker]:
         sink = _CommandSink(self._produce, self.topics.commands)
-        client = WorkflowClient(sink, self._view, registry=registry)
+        client = WorkflowClient(
+            sink, self._view, registry=registry, outcomes=lambda: self._outcomes
+        )
         worker_registry = _with_replacements(registry, self._replacements)
         worker = Worker(worker_registry, source_topic=self.topics.activity_tasks, concurrency=1)
         worker.assigned(range(len(self.processors)))
@@ -194,8 +225,10 @@ class TestEngine:
         start_at: datetime | None = None,
         tags: dict[str, str] | None = None,
         version: str = "",
+        wait: bool = True,
     ) -> str:
-        """Send a start command (processed by the next :meth:`run` or wait); returns the id."""
+        """Start an instance; returns its id. Its turns run on the next :meth:`run` or wait;
+        a refused start raises (``WorkflowAlreadyRunningError``, ...)."""
         return self.client.start(
             workflow,
             input,
@@ -205,26 +238,43 @@ class TestEngine:
             start_at=start_at,
             tags=tags,
             version=version,
+            wait=wait,
         )
 
-    def raise_event(self, instance_id: str, name: str, data: Any = None) -> None:
-        self.client.raise_event(instance_id, name, data)
+    def raise_event(
+        self, instance_id: str, name: str, data: Any = None, **options: Any
+    ) -> CommandOutcome | None:
+        """As ``Client.raise_event`` (``request_id``, ``wait``)."""
+        return self.client.raise_event(instance_id, name, data, **options)
 
-    def terminate(self, instance_id: str, reason: str = "", recursive: bool = False) -> None:
-        self.client.terminate(instance_id, reason, recursive)
+    def signal_with_start(
+        self,
+        workflow: str | Callable[..., Any],
+        instance_id: str,
+        event: str,
+        data: Any = None,
+        **options: Any,
+    ) -> CommandOutcome | None:
+        """As ``Client.signal_with_start``."""
+        return self.client.signal_with_start(workflow, instance_id, event, data, **options)
 
-    def suspend(self, instance_id: str, reason: str = "") -> None:
-        self.client.suspend(instance_id, reason)
+    def terminate(
+        self, instance_id: str, reason: str = "", recursive: bool = False, **options: Any
+    ) -> CommandOutcome | None:
+        return self.client.terminate(instance_id, reason, recursive, **options)
 
-    def resume(self, instance_id: str, reason: str = "") -> None:
-        self.client.resume(instance_id, reason)
+    def suspend(self, instance_id: str, reason: str = "", **options: Any) -> CommandOutcome | None:
+        return self.client.suspend(instance_id, reason, **options)
 
-    def purge(self, instance_id: str) -> None:
-        self.client.purge(instance_id)
+    def resume(self, instance_id: str, reason: str = "", **options: Any) -> CommandOutcome | None:
+        return self.client.resume(instance_id, reason, **options)
 
-    def retry(self, instance_id: str) -> None:
+    def purge(self, instance_id: str, **options: Any) -> CommandOutcome | None:
+        return self.client.purge(instance_id, **options)
+
+    def retry(self, instance_id: str, **options: Any) -> CommandOutcome | None:
         """Run a parked instance again now (as ``Client.retry``: a resume)."""
-        self.client.resume(instance_id, RETRY_REASON)
+        return self.client.resume(instance_id, RETRY_REASON, **options)
 
     def send(self, command: Message) -> None:
         """Send a hand-made command record (for tests of the wire contract)."""
@@ -352,6 +402,11 @@ class TestEngine:
             f"advance() to run for a bounded time"
         )
 
+    def _run_processors(self) -> bool:
+        """One batch on every partition with input or due timers (no activities)."""
+        ran = [self._run_batch(pp) for pp in self.processors.values()]
+        return any(ran)
+
     def _pump(self) -> bool:
         """One batch on every partition with input or due timers, then the activities that
         batch started; returns whether anything happened."""
@@ -453,6 +508,8 @@ class TestEngine:
             self._inbox[record.partition].append(record)
         elif topic == self.topics.status:
             self._view.apply_record(key, value)
+        elif topic == self.topics.command_outcomes:
+            self._outcomes.apply_record(value)
         elif topic == self.topics.activity_tasks:
             for letter in self._worker.accept([record]):
                 self._produce_outbound(letter)

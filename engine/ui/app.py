@@ -2,7 +2,8 @@
 
 Reads are open to whoever can reach the port (it binds to 127.0.0.1 unless told otherwise).
 Actions are refused unless the app was started with actions allowed; with a token set, an
-action must also carry it in the ``X-Turnstile-Token`` header.
+action must also carry it in the ``X-Turnstile-Token`` header. An action answers with the
+processor's outcome of its command: a refusal is a 409 whose message says why.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from starlette.staticfiles import StaticFiles
 
 from engine.core.errors import (
     BrokerError,
+    CommandRefusedError,
+    CommandTimeoutError,
     ConfigurationError,
     InstanceNotFoundError,
     TurnstileError,
@@ -36,6 +39,10 @@ _STATIC = resources.files("engine.ui") / "static"
 def _status_of(error: TurnstileError) -> int:
     if isinstance(error, InstanceNotFoundError):
         return 404
+    if isinstance(error, CommandRefusedError):
+        return 409  # the processor refused the command: the message says why
+    if isinstance(error, CommandTimeoutError):
+        return 504
     if isinstance(error, ConfigurationError):
         return 400
     if isinstance(error, BrokerError):

@@ -18,7 +18,7 @@ from engine.config.settings import Settings
 from engine.config.topics import topic_names
 from engine.core.errors import CodecError, ConfigurationError, InstanceNotFoundError
 from engine.core.history import RuntimeStatus
-from engine.core.messages import DeadLetter, InstanceStatus
+from engine.core.messages import CommandOutcome, DeadLetter, InstanceStatus
 from engine.runtime.jsonhistory import history_to_json
 from engine.ui.views import InstanceFilter, pending_work, select
 
@@ -148,7 +148,8 @@ class DashboardSource:
     # --- actions ----------------------------------------------------------------------------
 
     def act(self, action: str, instance_id: str, body: dict[str, Any]) -> ActionOutcome:
-        """Send the command through the client, then wait (bounded) to see its effect.
+        """Send the command through the client and wait for the processor's answer (a
+        refusal raises its ``CommandRefusedError``), then wait (bounded) to see its effect.
 
         The request is checked whole before anything is sent: a bad one changes nothing.
         """
@@ -159,26 +160,28 @@ class DashboardSource:
         before = self.client.get(instance_id)
         if before is None:
             raise InstanceNotFoundError(f"no instance {instance_id!r}: nothing to {action}")
-        send(instance_id)
+        answer = send(instance_id)
+        accepted = f"{answer.result.value.lower()}" if answer is not None else "sent"
+        if answer is not None and answer.reason:
+            accepted += f" ({answer.reason})"
         deadline = time.monotonic() + self.confirm_s
         while True:
             now = self.client.get(instance_id)
             if seen(before.raw, None if now is None else now.raw):
                 status = None if now is None else now.to_dict()
-                return ActionOutcome(action, instance_id, "observed", "done", status)
+                return ActionOutcome(action, instance_id, "observed", accepted, status)
             if time.monotonic() >= deadline:
                 return ActionOutcome(
                     action,
                     instance_id,
                     "sent",
-                    f"the command was written but the status did not show its effect within "
-                    f"{self.confirm_s:.0f}s (an event waits until the workflow asks for it; a "
-                    f"command to an ended instance has no effect)",
+                    f"{accepted}; the status did not show its effect within "
+                    f"{self.confirm_s:.0f}s (an event waits until the workflow asks for it)",
                     None if now is None else now.to_dict(),
                 )
             time.sleep(_CONFIRM_POLL_S)
 
-    def _command(self, action: str, body: dict[str, Any]) -> Callable[[str], None]:
+    def _command(self, action: str, body: dict[str, Any]) -> Callable[[str], CommandOutcome | None]:
         reason = str(body.get("reason", ""))
         client = self.client
         if action == "raise-event":

@@ -53,11 +53,24 @@ def namespace(admin: AdminClient) -> Iterator[str]:
     ]
     for future in admin.create_topics(new, operation_timeout=TIMEOUT).values():
         future.result(TIMEOUT)
+    _await_topics(admin, [topics.commands, topics.status])
     yield ns
     deleted = admin.delete_topics([topics.commands, topics.status], operation_timeout=TIMEOUT)
     for future in deleted.values():
         with suppress(Exception):
             future.result(TIMEOUT)
+
+
+def _await_topics(admin: AdminClient, names: list[str]) -> None:
+    """CreateTopics returns once the controller has them; the broker answering metadata
+    learns of them a moment later (longer on a busy machine) - and the client asks it."""
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        known = admin.list_topics(timeout=TIMEOUT).topics
+        if all(n in known and len(known[n].partitions) == PARTITIONS for n in names):
+            return
+        time.sleep(0.05)
+    pytest.fail(f"topics {names} did not show {PARTITIONS} partitions within {TIMEOUT}s")
 
 
 def _settings(bootstrap: str, namespace: str) -> Settings:
@@ -121,9 +134,10 @@ def test_start_writes_a_decodable_command_to_the_murmur2_partition(
             instance_id="order-42",
             reuse_policy=IdReusePolicy.TERMINATE_IF_RUNNING,
             tags={"team": "checkout"},
+            wait=False,  # no processor here: nothing would answer
         )
-        generated = client.start("orders")
-        client.raise_event("order-42", "paid", {"amount": 3})
+        generated = client.start("orders", wait=False)
+        client.raise_event("order-42", "paid", {"amount": 3}, wait=False)
     assert given == "order-42" and len(generated) == 32
     records = _commands(kafka_bootstrap, topics, 3)
     by_key: dict[bytes, list[Any]] = {}
@@ -222,7 +236,8 @@ def test_cli_start_status_and_wait(
     kafka_bootstrap: str, namespace: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     flags = ("--bootstrap-servers", kafka_bootstrap, "--namespace", namespace)
-    assert _cli("start", "orders", "--input", '{"n": 1}', "--id", "cli-1", *flags) == 0
+    start = ("start", "orders", "--input", '{"n": 1}', "--id", "cli-1", "--no-wait")
+    assert _cli(*start, *flags) == 0
     assert capsys.readouterr().out.strip() == "cli-1"
     [(_, _, command)] = _commands(kafka_bootstrap, topic_names(namespace), 1)
     assert isinstance(command, StartWorkflow) and from_payload(command.input) == {"n": 1}

@@ -150,7 +150,7 @@ def test_an_error_in_the_middle_of_a_transaction_commits_nothing(
             raise RecordRejectedError("refused by the test")
 
         runner._producer.produce = refuse  # type: ignore[method-assign]
-        instance = engine.client.start("t.echo", "once")
+        instance = engine.client.start("t.echo", "once", wait=False)  # no replica runs yet
         stop = threading.Event()
         watchdog = threading.Timer(60, stop.set)
         watchdog.start()

@@ -203,15 +203,17 @@ def test_each_action_is_confirmed_by_the_status_it_changes(engine: RunningEngine
     source = DashboardSource(engine.settings, confirm_s=3.0)
     server = DashboardServer(source, port=0, allow_actions=True).start()
 
-    def act(instance_id: str, action: str, **body: object) -> dict[str, object]:
+    def act(instance_id: str, action: str, status: int = 200, **body: object) -> dict[str, object]:
         url = f"/api/instances/{instance_id}/actions/{action}"
         with httpx.Client(base_url=server.url, timeout=120) as http:
             answer = http.post(url, json=body)
-        assert answer.status_code == 200, answer.text
+        assert answer.status_code == status, answer.text
         result: dict[str, object] = answer.json()
         return result
 
     try:
+        # resuming an instance that is not suspended is refused, with the reason
+        assert "neither suspended" in str(act(parent, "resume", status=409)["error"])
         suspended = act(parent, "suspend", reason="look")
         assert suspended["outcome"] == "observed"
         assert isinstance(suspended["status"], dict)
@@ -220,9 +222,11 @@ def test_each_action_is_confirmed_by_the_status_it_changes(engine: RunningEngine
         terminated = act(parent, "terminate", reason="enough", recursive=True)
         assert terminated["outcome"] == "observed"
         assert client.wait_for_completion(child, timeout=60).status.value == "TERMINATED"
-        # an event for an ended instance changes nothing: answered as only sent
-        late = act(child, "raise-event", name="go")
-        assert late["outcome"] == "sent" and "no effect" in str(late["message"])
+        # an event for an ended instance is refused by the processor, and the user sees why
+        late = act(child, "raise-event", status=409, name="go")
+        assert "refused" in str(late["error"]) and "TERMINATED" in str(late["error"])
+        # so is resuming one that ended
+        assert "TERMINATED" in str(act(child, "resume", status=409)["error"])
         assert act(parent, "purge")["outcome"] == "observed"
         assert client.get(parent) is None
     finally:

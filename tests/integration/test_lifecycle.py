@@ -15,6 +15,11 @@ from typing import Any
 import pytest
 from engine_harness import RunningEngine, running_engine, wait_until
 
+from engine.core.errors import (
+    InstanceNotRunningError,
+    InstanceStillRunningError,
+    WorkflowAlreadyRunningError,
+)
 from engine.core.history import (
     ContinuedAsNew,
     EventRaised,
@@ -148,8 +153,9 @@ def test_terminate_a_running_instance(engine: RunningEngine) -> None:
     assert state.status is RuntimeStatus.TERMINATED
     [completed] = bodies(engine.history(instance), ExecutionCompleted)
     assert completed.status is RuntimeStatus.TERMINATED
-    # an event after the end is not applied
-    engine.client.raise_event(instance, "go", 1)
+    # an event after the end is refused, not applied
+    with pytest.raises(InstanceNotRunningError, match="TERMINATED"):
+        engine.client.raise_event(instance, "go", 1)
     # a marker on the same partition, sent after the event: once it completed, the event
     # was handled
     again = engine.client.start("t.echo", "marker", instance_id=same_partition_id(instance, "m"))
@@ -204,7 +210,8 @@ def test_purge_removes_a_completed_instance(engine: RunningEngine) -> None:
 def test_purge_of_a_running_instance_is_refused(engine: RunningEngine) -> None:
     instance = engine.client.start("t.wait_event", {})
     wait_status(engine, instance, RuntimeStatus.RUNNING)
-    engine.client.purge(instance)
+    with pytest.raises(InstanceStillRunningError):
+        engine.client.purge(instance)
     # the purge and the event land on the same partition in this order: if the purge had
     # removed the instance, the event would wait for a start and nothing would complete
     engine.client.raise_event(instance, "go", "still here")
@@ -235,9 +242,13 @@ def test_error_if_running_refuses_a_second_start(engine: RunningEngine) -> None:
     instance = new_id("reuse")
     engine.client.start("t.wait_event", {"n": 1}, instance_id=instance)
     wait_status(engine, instance, RuntimeStatus.RUNNING)
-    engine.client.start(
-        "t.wait_event", {"n": 2}, instance_id=instance, reuse_policy=IdReusePolicy.ERROR_IF_RUNNING
-    )
+    with pytest.raises(WorkflowAlreadyRunningError):
+        engine.client.start(
+            "t.wait_event",
+            {"n": 2},
+            instance_id=instance,
+            reuse_policy=IdReusePolicy.ERROR_IF_RUNNING,
+        )
     engine.client.raise_event(instance, "go", "x")
     state = engine.client.wait_for_completion(instance, WAIT)
     assert state.output == {"input": {"n": 1}, "got": "x"}

@@ -22,6 +22,7 @@ from engine.adapters.kafka_groups import describe_group
 from engine.client import Client
 from engine.config.settings import Settings, load_settings
 from engine.config.topics import topic_names
+from engine.core.errors import InstanceNotRunningError
 from tests.engine_harness import (
     REPO_ROOT,
     EngineProcess,
@@ -126,7 +127,8 @@ def test_a_running_engine_serves_its_metrics(settings: Settings, engine_url: str
         client.raise_event(approved, "approval", {"approved": True})
         for instance_id in (approved, late, failing, echo):
             client.wait_for_completion(instance_id, timeout=120)
-        client.raise_event(echo, "too-late")  # refused: the instance has ended
+        with pytest.raises(InstanceNotRunningError):
+            client.raise_event(echo, "too-late")  # refused: the instance has ended
         producer = Producer(producer_config(settings.bootstrap_servers))
         producer.produce(topic_names(settings.namespace).commands, b"not avro", key=b"junk")
         producer.flush(30)
@@ -154,6 +156,11 @@ def test_a_running_engine_serves_its_metrics(settings: Settings, engine_url: str
     assert _value(samples, "turnstile_records_in_total", topic=commands) >= 7
     assert _value(samples, "turnstile_dead_letters_total") == 1
     assert _value(samples, "turnstile_rejected_total", kind="RaiseEvent") == 1
+    outcomes = "turnstile_command_outcomes_total"
+    assert _value(samples, outcomes, command="StartWorkflow", result="accepted") >= 4
+    assert _value(samples, outcomes, command="RaiseEvent", result="refused") == 1
+    refusals = "turnstile_command_refusals_total"
+    assert _value(samples, refusals, command="RaiseEvent", error="InstanceNotRunningError") == 1
     runs = "turnstile_workflow_runs_total"
     assert _value(samples, runs, workflow="orders.order", event="started") == 2
     assert _value(samples, runs, workflow="orders.order", event="completed") == 2

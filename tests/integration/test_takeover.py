@@ -78,11 +78,11 @@ def test_a_fresh_replica_takes_over_and_nothing_is_lost(
         )
         assert not any(isinstance(e.body, TimerFired) for i in sleeping for e in histories[i])
 
-        old.kill()
+        old.kill()  # nothing answers commands until the new replica took over: only write
         for i, instance in enumerate(waiting):
-            client.raise_event(instance, "go", {"after": i})
+            client.raise_event(instance, "go", {"after": i}, wait=False)
         for order in orders:
-            client.raise_event(order, "approval", {"approved": True})
+            client.raise_event(order, "approval", {"approved": True}, wait=False)
         client.flush()
         new = engine.start_processor("processor-1")
         assert isinstance(new, EngineProcess)
@@ -160,8 +160,8 @@ def test_a_paused_replica_that_comes_back_cannot_commit_stale_work(
         zombie.pause()
         frozen_log = len(zombie.current_log())
         try:
-            for i, instance in enumerate(waiting):
-                client.raise_event(instance, "go", i)
+            for i, instance in enumerate(waiting):  # the owner is frozen: only write
+                client.raise_event(instance, "go", i, wait=False)
                 expected[instance] = {"input": {"n": i}, "got": i}
             other = engine.start_processor("processor-1")
             assert isinstance(other, EngineProcess)

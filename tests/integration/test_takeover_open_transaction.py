@@ -85,7 +85,7 @@ def test_a_replica_does_not_restore_short_of_an_open_transaction(
         zombie = _zombie(engine.bootstrap, changelog)
         # the live replica goes on committing turns after the zombie's open records
         for i, instance in enumerate(early[: EARLY // 2]):
-            client.raise_event(instance, "go", i)
+            client.raise_event(instance, "go", i, wait=False)
         late = [client.start("t.wait_event", {"n": 100 + i}, flush=False) for i in range(LATE)]
         client.flush()
         for instance in early[: EARLY // 2]:
@@ -100,8 +100,8 @@ def test_a_replica_does_not_restore_short_of_an_open_transaction(
         assert isinstance(new, EngineProcess)
         new.wait_for_log("waits for an open transaction")
         waiting = [*early[EARLY // 2 :], *late]
-        for i, instance in enumerate(waiting):
-            client.raise_event(instance, "go", 1000 + i)
+        for i, instance in enumerate(waiting):  # nothing is processed yet: only write
+            client.raise_event(instance, "go", 1000 + i, wait=False)
         time.sleep(3.0)  # while the zombie's transaction is open, nothing may be processed
         assert " restored: " not in new.current_log(), new.current_log()[-3000:]
         assert all(_running(engine, i) for i in waiting)
@@ -183,8 +183,8 @@ def test_partitions_move_across_three_replicas_killed_with_open_transactions(
         burst(3000)
         assert isinstance(fresh, EngineProcess)
         fresh.wait_for_log(" restored: ")
-        for n, instance in enumerate(waiting):
-            client.raise_event(instance, "go", n)
+        for n, instance in enumerate(waiting):  # replicas are killed meanwhile: only write
+            client.raise_event(instance, "go", n, wait=False)
             expected[instance] = None
         for instance, output in expected.items():
             state = engine.wait_for_completion(instance, 180)

@@ -130,6 +130,8 @@ def test_a_scrape_reads_the_replicas_totals_partitions_and_lag() -> None:
     counters.topics["cmds"] = 4
     counters.dead_letter("CodecError")
     counters.reject("RaiseEvent")
+    counters.outcome("StartWorkflow", "refused")
+    counters.refuse("StartWorkflow", "WorkflowAlreadyRunningError")
     counters.recorded("w", "1", ExecutionStarted("w", version="1"))
     counters.timer_fired(30)
     replica.progress.add(counters)
@@ -140,6 +142,10 @@ def test_a_scrape_reads_the_replicas_totals_partitions_and_lag() -> None:
     assert _get(r, "turnstile_records_in_total", topic="cmds") == 4
     assert _get(r, "turnstile_dead_letters_total", reason="CodecError") == 1
     assert _get(r, "turnstile_rejected_total", kind="RaiseEvent") == 1
+    refused = {"command": "StartWorkflow", "result": "refused"}
+    assert _get(r, "turnstile_command_outcomes_total", **refused) == 1
+    why = {"command": "StartWorkflow", "error": "WorkflowAlreadyRunningError"}
+    assert _get(r, "turnstile_command_refusals_total", **why) == 1
     runs = {"workflow": "w", "version": "1", "event": "started"}
     assert _get(r, "turnstile_workflow_runs_total", **runs) == 1
     assert _get(r, "turnstile_timer_lateness_seconds_bucket", le="0.025") == 0

@@ -47,7 +47,7 @@ def test_names_are_namespaced() -> None:
     assert names.commands == "shop.commands"
     assert names.activity_tasks == "shop.activity-tasks"
     assert names.state_changelog == "shop.state-changelog"
-    assert len(set(names.names())) == 9
+    assert len(set(names.names())) == len(logical_names()) == 10
     with pytest.raises(ConfigurationError):
         topic_names("")
 
@@ -93,7 +93,7 @@ def test_partition_drift_blocks_and_advises() -> None:
     }
     diff = diff_topics(desired, cluster)
     drift = diff.of_kind("partitions")
-    assert len(drift) == 9 and diff.blocking
+    assert len(drift) == len(logical_names()) and diff.blocking
     assert "TURNSTILE_PARTITIONS=6" in drift[0].detail
     assert not diff.of_kind("copartition")  # they agree with each other
 

@@ -2,14 +2,16 @@
 
 Most handlers only queue an event on the instance's inbox; the workflow code runs when the
 batch ends. Starting and purging change the instance's row itself, so they are handled here.
-A new inbound record kind is one function here and one entry in :data:`MESSAGE_HANDLERS`
-(and, if it arrives on a new topic, one entry in ``inputs.accepted_kinds``).
+Each command handler returns its :class:`Verdict` (accepted, buffered, or refused with the
+error the client raises); ``command_outcomes.answered`` de-duplicates it by request id and
+answers it. A new inbound record kind is one function here and one entry in
+:data:`MESSAGE_HANDLERS` (and, if it arrives on a new topic, one entry in
+``inputs.accepted_kinds``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from engine.core.errors import PayloadTooLargeError, TurnstileError
@@ -37,13 +39,23 @@ from engine.core.messages import (
     PurgeWorkflow,
     RaiseEvent,
     ResumeWorkflow,
+    SignalWithStart,
     StartWorkflow,
     SuspendWorkflow,
     TerminateWorkflow,
 )
+from engine.core.payloads import Payload
 from engine.runtime.executor import WorkflowExecution
-from engine.services.processor import keys, parking
+from engine.services.processor import keys, parking, pending
 from engine.services.processor.batch import Batch
+from engine.services.processor.command_outcomes import (
+    MessageHandler,
+    Verdict,
+    accepted,
+    answered,
+    buffered,
+    refused,
+)
 from engine.services.processor.outcome import step_instance
 from engine.services.processor.state import Loaded
 
@@ -56,43 +68,48 @@ START_TIMER = -1
 # --- start ---------------------------------------------------------------------------------
 
 
-def on_start(b: Batch, msg: StartWorkflow, now_ms: int) -> None:
+def on_start(b: Batch, msg: StartWorkflow, now_ms: int) -> Verdict:
     keys.check_instance_id(msg.instance_id)
     item = b.load(msg.instance_id)
     meta = item.meta
     if meta.exists and msg.request_id and msg.request_id == meta.request_id:
-        return  # the same start delivered again: idempotent
-    if meta.exists and not _reuse_allowed(b, item, msg, now_ms):
-        return
+        return accepted("already started by this request")  # a row from before the window
+    if meta.exists:
+        refusal = _reuse_refusal(b, item, msg, now_ms)
+        if refusal is not None:
+            return refusal
     if msg.scheduled_start_ms is not None and msg.scheduled_start_ms > now_ms:
         _schedule_start(b, item, msg, now_ms)
-        return
+        return accepted(f"scheduled to start at {msg.scheduled_start_ms} (epoch ms)")
     begin(b, item, msg, now_ms)
+    return accepted()
 
 
-def _reuse_allowed(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> bool:
+def _reuse_refusal(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> Verdict | None:
+    """What the ID-reuse policy says to a start of an existing id (None: start a new run)."""
     meta = item.meta
     assert meta.status is not None
     policy = msg.reuse_policy
     if meta.status.is_terminal:
         if policy is IdReusePolicy.REJECT_DUPLICATE:
-            return _refuse(b, msg, f"instance {msg.instance_id} already ran (REJECT_DUPLICATE)")
-        return True
+            reason = f"instance {msg.instance_id} already ran (REJECT_DUPLICATE)"
+            return _refuse(b, msg, "WorkflowAlreadyRanError", reason)
+        return None
     if policy is IdReusePolicy.IGNORE_IF_RUNNING:
-        return False
+        return accepted(f"instance is {meta.status.value}; start ignored (IGNORE_IF_RUNNING)")
     if policy is IdReusePolicy.TERMINATE_IF_RUNNING:
         if meta.status is RuntimeStatus.PENDING:
             _cancel_scheduled_start(b, meta)
-            return True
+            return None
         item.inbox.append(Inbound(ExecutionTerminated("restarted by a new start")))
         step_instance(b, item, now_ms)
-        return True
-    return _refuse(b, msg, f"instance {msg.instance_id} is {meta.status.value}")
+        return None
+    reason = f"instance {msg.instance_id} is {meta.status.value} (ERROR_IF_RUNNING)"
+    return _refuse(b, msg, "WorkflowAlreadyRunningError", reason)
 
 
-def _refuse(b: Batch, msg: StartWorkflow, reason: str) -> bool:
+def _refuse(b: Batch, msg: StartWorkflow, error: str, reason: str) -> Verdict:
     """A start the ID-reuse policy refused; a parent learns it as a failed child."""
-    b.counters.reject(msg.KIND)
     log.warning("start refused: %s", reason)
     if msg.parent_instance_id is not None:
         failure = FailureDetails("InstanceAlreadyExistsError", reason, retryable=False)
@@ -107,7 +124,7 @@ def _refuse(b: Batch, msg: StartWorkflow, reason: str) -> bool:
                 failure=failure,
             ),
         )
-    return False
+    return refused(error, reason)
 
 
 def _schedule_start(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
@@ -159,10 +176,8 @@ def begin(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
     )
     meta.version = _resolved_version(b, msg)
     item.inbox = [Inbound(_started(msg, meta.version))]
-    ttl_floor = now_ms - b.env.pending_events_ttl_ms
-    for event in meta.pending_events:
-        if event.received_ms >= ttl_floor:
-            item.inbox.append(Inbound(EventRaised(event.name, event.input)))
+    for event in pending.unexpired(b, meta, now_ms):
+        item.inbox.append(Inbound(EventRaised(event.name, event.input)))
     meta.pending_events = []
     b.save(meta)
 
@@ -198,34 +213,49 @@ def _drop_history(b: Batch, meta: InstanceRow) -> None:
 # --- events and replies --------------------------------------------------------------------
 
 
-def on_raise(b: Batch, msg: RaiseEvent, now_ms: int) -> None:
+def on_raise(b: Batch, msg: RaiseEvent, now_ms: int) -> Verdict:
     b.env.limits.check("event", f"the payload of event {msg.name!r}", msg.input)
     item = b.load(msg.instance_id)
     meta = item.meta
     if meta.status in (None, RuntimeStatus.PENDING):
-        _keep_pending(b, meta, msg, now_ms)
-    elif meta.status.is_terminal:
-        _reject(b, msg, f"instance is {meta.status.value}")
-    else:
-        item.inbox.append(Inbound(EventRaised(msg.name, msg.input)))
+        return _keep_pending(b, meta, msg.name, msg.input, now_ms)
+    if meta.status.is_terminal:
+        return _ended(msg, meta)
+    item.inbox.append(Inbound(EventRaised(msg.name, msg.input)))
+    return accepted()
 
 
-def _keep_pending(b: Batch, meta: InstanceRow, msg: RaiseEvent, now: int) -> None:
-    ttl_floor = now - b.env.pending_events_ttl_ms
-    kept = [e for e in meta.pending_events if e.received_ms >= ttl_floor]
+def _keep_pending(
+    b: Batch, meta: InstanceRow, name: str, data: Payload | None, now: int
+) -> Verdict:
+    kept = pending.unexpired(b, meta, now)
+    if len(kept) != len(meta.pending_events):
+        meta.pending_events = kept
+        b.save(meta)
     held = sum(len(e.input.data) for e in kept if e.input is not None)
-    size = len(msg.input.data) if msg.input is not None else 0
+    size = len(data.data) if data is not None else 0
     if len(kept) >= b.env.pending_events_max or held + size > b.env.limits.record // 2:
-        b.dead_letter_current(
-            f"instance {msg.instance_id} has not started and already holds "
+        reason = (
+            f"instance {meta.instance_id} has not started and already holds "
             f"{len(kept)} pending events of {held} bytes (pending_events_max, and half of "
-            f"max_record_bytes in all); start it or raise the bound",
-            kind="PendingEventsFull",
+            f"max_record_bytes in all); start it or raise the bound"
         )
-        return
-    kept.append(PendingEvent(msg.name, msg.input, now))
+        b.dead_letter_current(reason, kind="PendingEventsFull")
+        return refused("PendingEventsFullError", reason)
+    kept.append(PendingEvent(name, data, now))
     meta.pending_events = kept
     b.save(meta)
+    what = "has not started yet" if meta.status is None else "waits for its scheduled start"
+    return buffered(f"instance {meta.instance_id} {what}; the event is kept until it starts")
+
+
+def _ended(msg: Message, meta: InstanceRow) -> Verdict:
+    assert meta.status is not None
+    return refused("InstanceNotRunningError", f"instance {msg.instance_id} is {meta.status.value}")
+
+
+def _not_found(msg: Message) -> Verdict:
+    return refused("InstanceNotFoundError", f"no instance {msg.instance_id}")
 
 
 def _reject(b: Batch, msg: Message, reason: str) -> None:
@@ -273,38 +303,102 @@ def on_child_result(b: Batch, msg: ChildResult, now_ms: int) -> None:
     _deliver(b, msg, Inbound(body, msg.generation))
 
 
-def on_terminate(b: Batch, msg: TerminateWorkflow, now_ms: int) -> None:
+def _not_live(msg: Message, meta: InstanceRow) -> Verdict | None:
+    """The refusal of a command that needs an instance that exists and has not ended."""
+    if meta.status is None:
+        return _not_found(msg)
+    if meta.status.is_terminal:
+        return _ended(msg, meta)
+    return None
+
+
+def on_terminate(b: Batch, msg: TerminateWorkflow, now_ms: int) -> Verdict:
     item = b.load(msg.instance_id)
     meta = item.meta
+    refusal = _not_live(msg, meta)
+    if refusal is not None:
+        return refusal
     if meta.status is RuntimeStatus.PENDING:
         _cancel_scheduled_start(b, meta)
         meta.status = RuntimeStatus.TERMINATED
         meta.last_updated_ms = now_ms
         b.save(meta)
-        return
-    _deliver(b, msg, Inbound(ExecutionTerminated(msg.reason, msg.recursive)))
+        return accepted("terminated before its scheduled start")
+    item.inbox.append(Inbound(ExecutionTerminated(msg.reason, msg.recursive)))
+    return accepted()
 
 
-def on_suspend(b: Batch, msg: SuspendWorkflow, now_ms: int) -> None:
-    _deliver(b, msg, Inbound(ExecutionSuspended(msg.reason)))
-
-
-def on_resume(b: Batch, msg: ResumeWorkflow, now_ms: int) -> None:
-    _deliver(b, msg, Inbound(ExecutionResumed(msg.reason)))
-
-
-def on_purge(b: Batch, msg: PurgeWorkflow, now_ms: int) -> None:
+def on_suspend(b: Batch, msg: SuspendWorkflow, now_ms: int) -> Verdict:
     item = b.load(msg.instance_id)
     meta = item.meta
-    if meta.status is None or not meta.status.is_terminal:
-        _reject(b, msg, "only completed, failed or terminated instances can be purged")
-        return
+    refusal = _not_live(msg, meta)
+    if refusal is not None:
+        return refusal
+    if meta.status is RuntimeStatus.SUSPENDED:
+        return refused("InstanceAlreadySuspendedError", f"instance {msg.instance_id} is SUSPENDED")
+    if meta.status is RuntimeStatus.PENDING:
+        reason = f"instance {msg.instance_id} is PENDING: it waits for its scheduled start"
+        return refused("InstanceNotRunningError", reason)
+    item.inbox.append(Inbound(ExecutionSuspended(msg.reason)))
+    return accepted()
+
+
+def on_resume(b: Batch, msg: ResumeWorkflow, now_ms: int) -> Verdict:
+    item = b.load(msg.instance_id)
+    meta = item.meta
+    refusal = _not_live(msg, meta)
+    if refusal is not None:
+        return refusal
+    status = meta.status or RuntimeStatus.PENDING
+    if status is not RuntimeStatus.SUSPENDED and meta.parked is None:
+        reason = f"instance {msg.instance_id} is {status.value}, neither suspended nor parked"
+        return refused("InstanceNotSuspendedError", reason)
+    item.inbox.append(Inbound(ExecutionResumed(msg.reason)))
+    return accepted()
+
+
+def on_purge(b: Batch, msg: PurgeWorkflow, now_ms: int) -> Verdict:
+    item = b.load(msg.instance_id)
+    meta = item.meta
+    if meta.status is None:
+        return _not_found(msg)
+    if not meta.status.is_terminal:
+        reason = (
+            f"instance {msg.instance_id} is {meta.status.value}: only completed, failed or "
+            f"terminated instances can be purged"
+        )
+        return refused("InstanceStillRunningError", reason)
     _drop_history(b, meta)
     for timer in b.tables.timers_of(meta.instance_id):
         b.tables.delete_timer(timer)
     b.remove(meta)
     item.meta = InstanceRow(meta.instance_id)
     item.execution = None
+    return accepted()
+
+
+def on_signal_with_start(b: Batch, msg: SignalWithStart, now_ms: int) -> Verdict:
+    """Deliver to a live instance, keep for a scheduled one, else start a run with it."""
+    keys.check_instance_id(msg.instance_id)
+    b.env.limits.check("event", f"the payload of event {msg.event_name!r}", msg.event_input)
+    item = b.load(msg.instance_id)
+    meta = item.meta
+    if meta.status in (RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED):
+        item.inbox.append(Inbound(EventRaised(msg.event_name, msg.event_input)))
+        return accepted(f"instance is {meta.status.value}; the event was delivered")
+    if meta.status is RuntimeStatus.PENDING:
+        return _keep_pending(b, meta, msg.event_name, msg.event_input, now_ms)
+    meta.pending_events.append(PendingEvent(msg.event_name, msg.event_input, now_ms))
+    start = StartWorkflow(
+        instance_id=msg.instance_id,
+        name=msg.name,
+        input=msg.input,
+        version=msg.version,
+        request_id=msg.request_id,
+        tags=dict(msg.tags),
+    )
+    begin(b, item, start, now_ms)
+    return accepted("started a new run with the event")
 
 
 # --- timers ---------------------------------------------------------------------------------
@@ -328,15 +422,14 @@ def fire_timer(b: Batch, timer: keys.TimerKey, now_ms: int) -> None:
         item.inbox.append(Inbound(TimerFired(timer.task_id, timer.fire_at_ms), timer.generation))
 
 
-MessageHandler = Callable[[Batch, Any, int], None]
-
 MESSAGE_HANDLERS: dict[type[Message], MessageHandler] = {
-    StartWorkflow: on_start,
-    RaiseEvent: on_raise,
-    TerminateWorkflow: on_terminate,
-    SuspendWorkflow: on_suspend,
-    ResumeWorkflow: on_resume,
-    PurgeWorkflow: on_purge,
+    StartWorkflow: answered(on_start),
+    RaiseEvent: answered(on_raise),
+    TerminateWorkflow: answered(on_terminate),
+    SuspendWorkflow: answered(on_suspend),
+    ResumeWorkflow: answered(on_resume),
+    PurgeWorkflow: answered(on_purge),
+    SignalWithStart: answered(on_signal_with_start),
     ActivityResult: on_activity_result,
     ChildResult: on_child_result,
 }

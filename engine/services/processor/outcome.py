@@ -33,6 +33,7 @@ from engine.core.history import (
     RuntimeStatus,
     TurnStarted,
 )
+from engine.core.instance_row import InstanceRow
 from engine.core.limits import shorten_failure
 from engine.core.messages import (
     ActivityTask,
@@ -94,6 +95,27 @@ def step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
     b.save(meta)
     if meta.status is not None and meta.status.is_terminal:
         b.counters.completed += 1
+        if meta.status is RuntimeStatus.FAILED:
+            log_failed(meta)
+
+
+def log_failed(meta: InstanceRow) -> None:
+    """The one ERROR line of an instance that ended FAILED (the failure is in its status
+    and history too; this is for whoever watches the logs)."""
+    failure = meta.failure
+    why = f"{failure.type}: {failure.message}" if failure is not None else "no failure details"
+    log.error(
+        "instance %s (%s, generation %d) FAILED: %s",
+        meta.instance_id,
+        meta.name,
+        meta.generation,
+        why,
+        extra={
+            "instance_id": meta.instance_id,
+            "generation": meta.generation,
+            "error_type": failure.type if failure is not None else "",
+        },
+    )
 
 
 def _run_turn(b: Batch, item: Loaded, inbox: list[Inbound], now_ms: int) -> TurnResult:
@@ -183,7 +205,7 @@ def _fail_instance(
     """The runtime itself could not go on (non-determinism, unknown workflow, a bug): the
     instance fails with the error and its traceback."""
     meta = item.meta
-    log.error("instance %s failed in the runtime: %s", meta.instance_id, exc)
+    log.warning("instance %s failed in the runtime: %s", meta.instance_id, exc)
     if not isinstance(exc, WorkflowRuntimeError | LookupError):
         log.exception("unexpected error while running %s", meta.instance_id)
     fail_turn(b, item, inbox, failure_from_exception(exc, retryable=False), now_ms)
@@ -226,6 +248,7 @@ def fail_turn(
     notify_parent(b, meta.instance_id, item, RuntimeStatus.FAILED, None, details)
     b.save(meta)
     b.counters.completed += 1
+    log_failed(meta)
 
 
 def _failed_events(

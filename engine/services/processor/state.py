@@ -61,11 +61,24 @@ class Counters:
     timer_lateness: dict[int | None, int] = field(default_factory=dict, repr=False)
     #: the summed lateness of the fired timers (ms after their due time)
     timer_late_ms: int = field(default=0, repr=False)
+    #: answered commands by (command kind, accepted|buffered|refused|duplicate)
+    command_outcomes: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
+    #: refused commands by (command kind, the error the client raises)
+    refusals: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
 
     def reject(self, kind: str) -> None:
         """One refused inbound record or callback of ``kind``."""
         self.rejected += 1
         _tally(self.rejected_kinds, kind)
+
+    def outcome(self, kind: str, result: str) -> None:
+        """One command of ``kind`` answered with ``result``."""
+        _tally(self.command_outcomes, (kind, result))
+
+    def refuse(self, kind: str, error: str) -> None:
+        """One command of ``kind`` refused with ``error`` (also a rejected record)."""
+        self.reject(kind)
+        _tally(self.refusals, (kind, error))
 
     def dead_letter(self, kind: str) -> None:
         """One input record parked as a dead letter, refused by a ``kind`` error."""
@@ -182,6 +195,9 @@ class Environment:
     partitions: int
     pending_events_max: int
     pending_events_ttl_ms: int
+    #: Command request ids remembered per instance: count and age (settings dedup_window*).
+    dedup_window: int = 64
+    dedup_window_ms: int = 24 * 3600 * 1000
     cache_capacity: int = 10000
     #: Park instances whose workflow code raised unexpectedly instead of failing them.
     park_workflow_errors: bool = True

@@ -78,7 +78,7 @@ function actionForms(id, refresh) {
   const outcome = el("div", { class: "outcome", id: "outcome" });
   async function send(action, body) {
     if (!confirm(`${action} ${id}?`)) return;
-    outcome.replaceChildren(`${action}: sent, waiting for the status to show it…`);
+    outcome.replaceChildren(`${action}: sent, waiting for the processor's answer…`);
     const headers = { "Content-Type": "application/json" };
     const token = document.getElementById("token").value;
     if (token) headers["X-Turnstile-Token"] = token;

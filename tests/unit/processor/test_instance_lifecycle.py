@@ -12,7 +12,13 @@ import pytest
 
 from engine import Registry, WorkflowContext
 from engine.codec import encode_message
-from engine.core.errors import WaitTimeoutError
+from engine.core.errors import (
+    InstanceNotRunningError,
+    InstanceStillRunningError,
+    WaitTimeoutError,
+    WorkflowAlreadyRanError,
+    WorkflowAlreadyRunningError,
+)
 from engine.core.history import (
     ContinuedAsNew,
     EventRaised,
@@ -82,7 +88,9 @@ def started_and_running(env: TestEngine, workflow: str, spec: Any, instance_id: 
 
 def test_error_if_running_refuses_a_second_start(env: TestEngine) -> None:
     started_and_running(env, "wait", 1, "i")
-    env.start("wait", 2, instance_id="i", reuse_policy=IdReusePolicy.ERROR_IF_RUNNING)
+    with pytest.raises(WorkflowAlreadyRunningError, match="RUNNING") as refused:
+        env.start("wait", 2, instance_id="i", reuse_policy=IdReusePolicy.ERROR_IF_RUNNING)
+    assert refused.value.outcome.status is RuntimeStatus.RUNNING
     env.raise_event("i", "go", "x")
     state = env.wait_for_completion("i")
     assert state.output == {"input": 1, "got": "x"} and state.generation == 0
@@ -112,7 +120,8 @@ def test_terminate_if_running_restarts_as_a_new_generation(env: TestEngine) -> N
 def test_reject_duplicate_refuses_to_rerun_an_ended_instance(env: TestEngine) -> None:
     env.start("echo", "first", instance_id="i")
     env.run()
-    env.start("echo", "second", instance_id="i", reuse_policy=IdReusePolicy.REJECT_DUPLICATE)
+    with pytest.raises(WorkflowAlreadyRanError, match="REJECT_DUPLICATE"):
+        env.start("echo", "second", instance_id="i", reuse_policy=IdReusePolicy.REJECT_DUPLICATE)
     env.run()
     state = env.get("i")
     assert state is not None and (state.output, state.generation) == ("first", 0)
@@ -146,7 +155,8 @@ def test_terminate_ends_a_running_instance_and_later_events_are_not_applied(
     started_and_running(env, "wait", None, "i")
     env.terminate("i", "no longer needed")
     assert env.wait_for_completion("i").status is RuntimeStatus.TERMINATED
-    env.raise_event("i", "go", 1)
+    with pytest.raises(InstanceNotRunningError, match="TERMINATED"):
+        env.raise_event("i", "go", 1)
     env.run()
     assert env.get("i").status is RuntimeStatus.TERMINATED  # type: ignore[union-attr]
     assert not kinds(env.history("i"), EventRaised)
@@ -201,7 +211,8 @@ def test_purge_removes_an_ended_instance_so_its_id_starts_from_scratch(env: Test
 
 def test_purge_of_a_running_instance_is_refused(env: TestEngine) -> None:
     started_and_running(env, "wait", None, "i")
-    env.purge("i")
+    with pytest.raises(InstanceStillRunningError, match="RUNNING"):
+        env.purge("i")
     env.raise_event("i", "go", "still here")
     assert env.wait_for_completion("i").output["got"] == "still here"
 

@@ -14,6 +14,7 @@ from engine import Registry, WorkflowContext
 from engine.codec import decode_history, decode_message, encode_message
 from engine.config.settings import Settings
 from engine.config.topics import topic_names
+from engine.core.errors import InstanceStillRunningError, PendingEventsFullError
 from engine.core.history import (
     ContinuedAsNew,
     ExecutionCompleted,
@@ -24,6 +25,7 @@ from engine.core.history import (
 from engine.core.messages import (
     ActivityResult,
     ActivityTask,
+    CommandResult,
     InstanceStatus,
     StartWorkflow,
 )
@@ -150,7 +152,9 @@ def test_events_raised_before_the_start_are_kept_and_applied(env: TestEngine) ->
 
 
 def test_pending_events_beyond_the_bound_go_to_dead_letters(env: TestEngine) -> None:
-    for _ in range(3):
+    answers = [env.raise_event("w", "go") for _ in range(2)]
+    assert [a.result for a in answers if a is not None] == [CommandResult.BUFFERED] * 2
+    with pytest.raises(PendingEventsFullError, match="pending_events_max"):
         env.raise_event("w", "go")
     env.run()
     (letter,) = env.dead_letters()
@@ -193,7 +197,8 @@ def test_continue_as_new_keeps_only_the_current_generation_in_the_table(
 def test_purge_removes_a_finished_instance_and_refuses_a_running_one(env: TestEngine) -> None:
     env.start("waiter", instance_id="w")
     env.run()
-    env.purge("w")
+    with pytest.raises(InstanceStillRunningError):
+        env.purge("w")
     env.run()
     assert pp_of(env).tables.load_meta("w") is not None
     env.start("inline3", 1, instance_id="a")

@@ -15,7 +15,7 @@ from engine import Registry, WorkflowContext
 from engine.codec import decode_message, encode_message
 from engine.config.settings import Settings
 from engine.config.topics import topic_names
-from engine.core.errors import InstanceTurnError, RecordHandlingError
+from engine.core.errors import CommandRefusedError, InstanceTurnError, RecordHandlingError
 from engine.core.history import (
     ExecutionCompleted,
     ExecutionStarted,
@@ -152,7 +152,8 @@ def test_an_event_over_its_limit_goes_to_dead_letters_and_the_instance_goes_on(
 ) -> None:
     env.start("waits", instance_id="w")
     env.run()
-    env.raise_event("w", "go", "e" * 5000)
+    with pytest.raises(CommandRefusedError, match="max_event_bytes"):
+        env.raise_event("w", "go", "e" * 5000)
     env.run()
     (letter,) = env.dead_letters()
     assert "max_event_bytes" in letter.reason

@@ -1,0 +1,146 @@
+"""Every command is answered once and applied at most once: de-duplication by request id
+and the command outcome records.
+
+A command handler returns a :class:`Verdict` (accepted, buffered, or refused with the
+error a client raises); :func:`answered` wraps it. Before the handler runs, the request id
+is looked up in the instance row's window of recent requests (``InstanceRow.seen_requests``,
+bounded by the ``dedup_window`` count and ``dedup_window_ms`` age): a request seen before is
+answered with its first answer, marked duplicate, and not applied again. The window lives
+in the row, so it is on the state changelog and survives restarts and takeovers.
+
+A command read from the commands topic (a client's) is answered with a
+:class:`CommandOutcome` on the command-outcomes topic, in the batch's transaction, so an
+answer exists exactly when the command's effect was committed. Commands instances send each
+other (child starts, recursive terminations) are de-duplicated the same way but answered
+through their own channels (a refused child start becomes a failed child result).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from engine.core.errors import TurnstileError
+from engine.core.instance_row import InstanceRow, SeenRequest
+from engine.core.messages import CommandOutcome, CommandResult, Message
+from engine.services.processor.batch import Batch
+
+log = logging.getLogger("engine.processor")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What a command handler decided: the result, why, and for a refusal the name of the
+    error class (in ``engine.core.errors``) the client raises."""
+
+    result: CommandResult
+    reason: str = ""
+    error: str = ""
+
+
+def accepted(reason: str = "") -> Verdict:
+    return Verdict(CommandResult.ACCEPTED, reason)
+
+
+def buffered(reason: str) -> Verdict:
+    return Verdict(CommandResult.BUFFERED, reason)
+
+
+def refused(error: str, reason: str) -> Verdict:
+    return Verdict(CommandResult.REFUSED, reason, error)
+
+
+CommandHandler = Callable[[Batch, Any, int], Verdict]
+MessageHandler = Callable[[Batch, Any, int], None]
+
+
+def answered(handler: CommandHandler) -> MessageHandler:
+    """The handler of a command: de-duplicated by request id and answered."""
+
+    def run(b: Batch, msg: Any, now_ms: int) -> None:
+        request_id: str = msg.request_id
+        if request_id:
+            seen = find(b.load(msg.instance_id).meta, request_id, now_ms - b.env.dedup_window_ms)
+            if seen is not None:
+                b.counters.outcome(msg.KIND, "duplicate")
+                verdict = Verdict(CommandResult(seen.result), seen.reason, seen.error)
+                _answer(b, msg, verdict, now_ms, duplicate=True)
+                return
+        try:
+            verdict = handler(b, msg, now_ms)
+        except TurnstileError as exc:  # the record goes to dead letters; still answered
+            verdict = refused(type(exc).__name__, str(exc))
+            _settle(b, msg, verdict, now_ms)
+            raise
+        _settle(b, msg, verdict, now_ms)
+
+    run.__name__ = run.__qualname__ = handler.__name__
+    run.__doc__ = handler.__doc__
+    return run
+
+
+def _settle(b: Batch, msg: Any, verdict: Verdict, now_ms: int) -> None:
+    b.counters.outcome(msg.KIND, verdict.result.value.lower())
+    if verdict.result is CommandResult.REFUSED:
+        b.counters.refuse(msg.KIND, verdict.error)
+        log.info("%s for %s refused: %s", msg.KIND, msg.instance_id, verdict.reason)
+    if msg.request_id:
+        meta = b.load(msg.instance_id).meta
+        if meta.exists or meta.pending_events:  # no row is made for an unknown id
+            remember(
+                meta, msg.request_id, verdict, now_ms, b.env.dedup_window, b.env.dedup_window_ms
+            )
+            b.save(meta)
+    _answer(b, msg, verdict, now_ms)
+
+
+def _answer(b: Batch, msg: Message, verdict: Verdict, now_ms: int, duplicate: bool = False) -> None:
+    """The outcome record, for commands a client sent (read from the commands topic)."""
+    record = b.current
+    request_id: str = getattr(msg, "request_id", "")
+    if record is None or record.topic != b.env.topics.commands or not request_id:
+        return
+    meta = b.load(msg.instance_id).meta
+    outcome = CommandOutcome(
+        instance_id=msg.instance_id,
+        request_id=request_id,
+        command=msg.KIND,
+        result=verdict.result,
+        reason=verdict.reason,
+        error=verdict.error,
+        status=meta.status,
+        duplicate=duplicate,
+        timestamp_ms=now_ms,
+        generation=meta.generation,
+    )
+    b.send(b.env.topics.command_outcomes, outcome)
+
+
+# --- the window of recent requests ----------------------------------------------------------
+
+
+def find(meta: InstanceRow, request_id: str, since_ms: int) -> SeenRequest | None:
+    """The request with this id, if the instance answered it at or after ``since_ms``."""
+    for seen in reversed(meta.seen_requests):
+        if seen.received_ms < since_ms:
+            return None  # older entries are older still: out of the window
+        if seen.request_id == request_id:
+            return seen
+    return None
+
+
+def remember(
+    meta: InstanceRow, request_id: str, verdict: Verdict, now_ms: int, count: int, age_ms: int
+) -> None:
+    """Add the request to the row's window, dropping the entries past its count and age."""
+    if count <= 0:
+        meta.seen_requests = []
+        return
+    floor = now_ms - age_ms
+    kept = [s for s in meta.seen_requests if s.received_ms >= floor]
+    kept.append(
+        SeenRequest(request_id, now_ms, verdict.result.value, verdict.error, verdict.reason)
+    )
+    meta.seen_requests = kept[-count:]
