@@ -500,10 +500,15 @@ class WorkflowExecution:
                 self.code_error = exc
                 self._end(RuntimeStatus.FAILED, None, failure_from_exception(exc))
                 return
-            if not gen.halt:
-                return  # every fiber waits on something durable
             if gen.fatal is not None:
                 raise gen.fatal
+            orphan_error = gen.unawaited_failure()
+            if orphan_error is not None:
+                self.code_error = orphan_error
+                self._end(RuntimeStatus.FAILED, None, failure_from_exception(orphan_error))
+                return
+            if not gen.halt:
+                return  # every fiber waits on something durable
             if gen.continue_requested:
                 continues += 1
                 if continues > MAX_CONTINUES_PER_TURN:

@@ -10,7 +10,6 @@ not import the executor.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -150,17 +149,7 @@ def on_event_raised(ex: EventTarget, body: EventRaised) -> str | None:
 
 def deliver_event(gen: Generation, body: EventRaised) -> None:
     """Hand the event to the oldest waiter for its name, or buffer it."""
-    waiters = gen.event_waiters.get(body.name)
-    while waiters:
-        waiter = waiters.pop(0)
-        if not waiter.done():
-            waiter.deliver(body.input)
-            return
-    buffered = gen.event_buffers.get(body.name)
-    if buffered is None:
-        buffered = gen.event_buffers[body.name] = deque()
-    buffered.append((gen.arrivals, body.input))
-    gen.arrivals += 1
+    gen.receive_event(body.name, body.input)
 
 
 def on_terminated(ex: EventTarget, body: ExecutionTerminated) -> str | None:

@@ -1,0 +1,179 @@
+"""Delivery semantics on the processor, through engine.testing: every event an instance
+receives is read by the code exactly once, or still waits, or is carried to the next
+generation - a continue-as-new or a when_any never drops one; an unawaited thread that
+fails fails the workflow. (The runtime's model test, tests/unit/runtime/test_delivery_model.py,
+checks the same invariant over random workflows and arrival orders.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from engine import ApplicationError, Registry, WorkflowContext
+from engine.core.history import EventRaised, RuntimeStatus
+from engine.testing import TestEngine
+
+registry = Registry()
+
+
+@registry.activity(name="delivery.tick")
+def tick(n: int) -> int:
+    return n + 1
+
+
+@registry.workflow(name="delivery.listener")
+async def listener(ctx: WorkflowContext, state: dict[str, Any]) -> dict[str, Any]:
+    """A spawned listener collects events; main continues as new after an activity."""
+    seen: list[Any] = list(state["seen"])
+
+    async def listen() -> None:
+        while True:
+            seen.append(await ctx.wait_for_event("e"))
+            ctx.set_custom_status(seen)
+
+    ctx.spawn(listen())
+    n = await ctx.call_activity(tick, state["n"])
+    if n < 2:
+        ctx.continue_as_new({"n": n, "seen": seen, "want": state["want"]})
+    await ctx.wait_condition(lambda: len(seen) >= state["want"])
+    return {"seen": seen, "generation": ctx.generation}
+
+
+@registry.workflow(name="delivery.loop")
+async def loop(ctx: WorkflowContext, state: dict[str, Any]) -> dict[str, Any]:
+    """The when_any loop that continues as new on every timeout."""
+    event = ctx.wait_for_event("e")
+    winner = await ctx.when_any([ctx.sleep(60), event])
+    if winner is event:
+        return {"got": event.result(), "timeouts": state["timeouts"]}
+    ctx.continue_as_new({"timeouts": state["timeouts"] + 1})
+
+
+@registry.workflow(name="delivery.race")
+async def race(ctx: WorkflowContext, _: Any) -> dict[str, Any]:
+    """A timer wins the when_any; the event of the loser must still be there later."""
+    first = await ctx.when_any([ctx.sleep(60), ctx.wait_for_event("sig")])
+    later = await ctx.wait_for_event("sig", timeout=1)
+    return {"timer_won": first.exception() is None and first.result() is None, "sig": later}
+
+
+@registry.workflow(name="delivery.orphan")
+async def orphan(ctx: WorkflowContext, how: str) -> str:
+    async def fails() -> None:
+        await ctx.sleep(1)
+        raise ApplicationError(f"the thread failed ({how})", non_retryable=True)
+
+    thread = ctx.spawn(fails())
+    if how == "cancelled":
+        await ctx.sleep(0.5)
+        thread.cancel()
+    await ctx.sleep(5)
+    return "main finished"
+
+
+@registry.workflow(name="delivery.awaited")
+async def awaited(ctx: WorkflowContext, _: Any) -> str:
+    async def fails() -> None:
+        await ctx.sleep(1)
+        raise ApplicationError("caught by main", non_retryable=True)
+
+    thread = ctx.spawn(fails())
+    try:
+        await thread
+    except ApplicationError as exc:
+        return f"main saw: {exc}"
+    return "unreachable"
+
+
+@pytest.fixture
+def env() -> Iterator[TestEngine]:
+    with TestEngine(registry) as engine:
+        yield engine
+
+
+def raised(env: TestEngine, instance_id: str) -> list[tuple[int, Any]]:
+    """(generation, name) of every EventRaised in the instance's history."""
+    return [
+        (e.generation, e.body.name)
+        for e in env.history(instance_id)
+        if isinstance(e.body, EventRaised)
+    ]
+
+
+def test_continue_as_new_carries_an_event_a_listener_claimed_in_the_same_batch(
+    env: TestEngine,
+) -> None:
+    env.start("delivery.listener", {"n": 0, "seen": [], "want": 1}, instance_id="l-1")
+    env.step()  # the start: main schedules the activity, which runs; its result waits
+    env.raise_event("l-1", "e", "first")  # lands in one batch after the activity result
+    env.step()  # main continues as new before the listener resumed with the event
+    state = env.wait_for_completion("l-1", timeout=60)
+    assert state.status is RuntimeStatus.COMPLETED
+    assert state.output == {"seen": ["first"], "generation": 1}
+    # received once in generation 0, carried once into generation 1
+    assert raised(env, "l-1") == [(0, "e"), (1, "e")]
+
+
+def test_continue_as_new_carries_claimed_and_buffered_events_in_arrival_order(
+    env: TestEngine,
+) -> None:
+    env.start("delivery.listener", {"n": 0, "seen": [], "want": 3}, instance_id="l-2")
+    env.step()
+    for value in ("a", "b", "c"):  # the listener claims "a"; "b" and "c" are buffered
+        env.raise_event("l-2", "e", value)
+    env.step()
+    state = env.wait_for_completion("l-2", timeout=60)
+    assert state.output == {"seen": ["a", "b", "c"], "generation": 1}
+
+
+def test_when_any_loop_carries_the_event_that_lost_to_the_timer(env: TestEngine) -> None:
+    # the timer fires and the event arrives before the code runs again (the instance is
+    # suspended meanwhile): the timer won, the event must survive the continue-as-new
+    env.start("delivery.loop", {"timeouts": 0}, instance_id="loop-1")
+    env.run()
+    env.suspend("loop-1")
+    env.run()
+    env.advance(61)  # the timer fires while suspended
+    env.raise_event("loop-1", "e", "late")
+    env.resume("loop-1")
+    state = env.wait_for_completion("loop-1", timeout=600)
+    assert state.output == {"got": "late", "timeouts": 1}
+    assert raised(env, "loop-1") == [(0, "e"), (1, "e")]
+
+
+def test_when_any_loser_gives_its_event_back(env: TestEngine) -> None:
+    env.start("delivery.race", None, instance_id="race-1")
+    env.run()
+    env.suspend("race-1")
+    env.run()
+    env.advance(61)
+    env.raise_event("race-1", "sig", {"ok": True})
+    env.resume("race-1")
+    state = env.wait_for_completion("race-1", timeout=600)
+    assert state.status is RuntimeStatus.COMPLETED
+    assert state.output == {"timer_won": True, "sig": {"ok": True}}
+
+
+def test_an_unawaited_thread_that_fails_fails_the_workflow(env: TestEngine) -> None:
+    env.start("delivery.orphan", "plain", instance_id="o-1")
+    state = env.wait_for_completion("o-1", timeout=60)
+    assert state.status is RuntimeStatus.FAILED
+    assert state.failure is not None
+    assert state.failure.type == "ApplicationError"
+    assert "the thread failed (plain)" in state.failure.message
+
+
+def test_a_cancelled_thread_does_not_fail_the_workflow(env: TestEngine) -> None:
+    env.start("delivery.orphan", "cancelled", instance_id="o-2")
+    state = env.wait_for_completion("o-2", timeout=60)
+    assert state.status is RuntimeStatus.COMPLETED
+    assert state.output == "main finished"
+
+
+def test_an_awaited_thread_failure_reaches_its_awaiter_only(env: TestEngine) -> None:
+    env.start("delivery.awaited", None, instance_id="o-3")
+    state = env.wait_for_completion("o-3", timeout=60)
+    assert state.status is RuntimeStatus.COMPLETED
+    assert state.output == "main saw: caught by main"
