@@ -22,10 +22,10 @@ from typing import Any
 
 from engine.core.errors import CodecError
 from engine.core.failure import FailureDetails
-from engine.core.history import EVENT_TYPES, HistoryEvent, RuntimeStatus
+from engine.core.history import EVENT_TYPES, HistoryEvent, ParentClosePolicy, RuntimeStatus
 from engine.core.instance_row import InstanceRow, Parked, PendingEvent
 from engine.core.messages import (
-    COMMAND_TYPES,
+    COMMAND_BODY_TYPES,
     ActivityResult,
     ActivityTask,
     ChildResult,
@@ -61,8 +61,12 @@ _PLAIN_RECORDS: dict[str, type] = {
         Parked,
     )
 }
-_COMMAND_BODIES: dict[str, type] = {cls.__name__: cls for cls in COMMAND_TYPES}
-_ENUMS: dict[str, type[Enum]] = {"RuntimeStatus": RuntimeStatus, "IdReusePolicy": IdReusePolicy}
+_COMMAND_BODIES: dict[str, type] = {cls.__name__: cls for cls in COMMAND_BODY_TYPES}
+_ENUMS: dict[str, type[Enum]] = {
+    "RuntimeStatus": RuntimeStatus,
+    "IdReusePolicy": IdReusePolicy,
+    "ParentClosePolicy": ParentClosePolicy,
+}
 
 #: The Command envelope: its ``instance_id`` is lifted into the body, which is the message.
 COMMAND_RECORD = "Command"

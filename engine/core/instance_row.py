@@ -68,6 +68,9 @@ class InstanceRow:
     scheduled_start: StartWorkflow | None = None
     #: Set while a bug in the workflow code keeps the instance waiting for a fix.
     parked: Parked | None = None
+    #: Children started by any generation whose result has not arrived (a recursive
+    #: terminate reaches them all, also those started before a continue-as-new).
+    children: list[str] = field(default_factory=list)
 
     @property
     def exists(self) -> bool:

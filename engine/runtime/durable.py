@@ -21,15 +21,24 @@ from engine.core.errors import (
 )
 from engine.core.failure import FailureDetails
 from engine.core.history import (
+    ActivityCancelRequested,
     ChildWorkflowCreated,
     EventBody,
+    ParentClosePolicy,
     TaskScheduled,
     TimerCancelled,
     TimerCreated,
 )
 from engine.core.payloads import Payload
 from engine.core.typed import convert
-from engine.runtime.actions import CancelTimer, CreateTimer, ScheduleActivity, StartChild
+from engine.runtime.actions import (
+    CancelActivity,
+    CancelTimer,
+    CreateTimer,
+    ScheduleActivity,
+    StartChild,
+    close_children,
+)
 from engine.runtime.cancel import cancelled_error
 from engine.runtime.failures import raised_from
 from engine.runtime.fastjson import decode
@@ -296,16 +305,27 @@ class ActivityCall(Task[Any]):
                 self._gen.ready.append(self._next_attempt)
 
     def _cancel_hook(self) -> None:
-        """*run*: stop waiting; a late result will be rejected."""
+        """*run*: stop waiting; a running attempt gets a cancellation request (in history,
+        and a ``CancelActivity`` action), and its late result will be rejected as stale."""
+        running = self.phase == RUNNING
         self.phase = FINISHED
         _cancel_if_pending(self._timeout)
         _cancel_if_pending(self._backoff)
+        if not running:
+            return  # between attempts (a retry backoff): nothing runs on a worker
+        gen = self._gen
+        if gen.command(ActivityCancelRequested(self.task_id, self.attempt)) is None:
+            key = f"{gen.instance_id}/{gen.number}/{self.task_id}/{self.attempt}"
+            gen.journal.actions.append(
+                CancelActivity(self.task_id, self.name, self.attempt, key, generation=gen.number)
+            )
 
 
 class ChildTask(Task[Any]):
-    """A child workflow; cancelling only stops waiting (the child keeps running)."""
+    """A child workflow. Cancelling it (a when_any loser, a cancelled fiber) stops waiting
+    and applies its parent-close policy to the running child right away."""
 
-    __slots__ = ("_gen", "instance_id", "name", "result_type", "task_id")
+    __slots__ = ("_gen", "instance_id", "name", "policy", "result_type", "task_id")
 
     def __init__(
         self,
@@ -314,6 +334,7 @@ class ChildTask(Task[Any]):
         input: Payload | None,
         instance_id: str | None,
         version: str,
+        policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
     ) -> None:
         super().__init__()
         self._gen = gen
@@ -324,7 +345,7 @@ class ChildTask(Task[Any]):
         self.task_id = task_id
         if instance_id is None:
             instance_id = f"{gen.instance_id}:{gen.number}:{task_id}"
-        body = ChildWorkflowCreated(task_id, name, instance_id, input, version)
+        body = ChildWorkflowCreated(task_id, name, instance_id, input, version, policy)
         recorded = gen.command(body)
         if recorded is None:
             gen.journal.actions.append(
@@ -332,9 +353,21 @@ class ChildTask(Task[Any]):
             )
         else:
             instance_id = recorded.instance_id
+            policy = recorded.parent_close_policy  # the recorded policy stays in force
         self.instance_id = instance_id
+        self.policy = policy
         gen.tasks[task_id] = self
         gen.children[task_id] = self
+
+    def _cancel_hook(self) -> None:
+        """*run*: nobody waits for the child any more: apply its parent-close policy."""
+        gen = self._gen
+        del gen.children[self.task_id]
+        if not gen.journal.replaying:
+            reason = f"parent {gen.instance_id} stopped waiting for it (cancelled)"
+            gen.journal.actions.extend(
+                close_children([(self.instance_id, self.policy)], reason, gen.number)
+            )
 
     def completed(self, output: Payload | None) -> None:
         """*apply*"""

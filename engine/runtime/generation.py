@@ -53,6 +53,7 @@ class Generation:
 
     __slots__ = (
         "arrivals",
+        "cancel_reason",
         "children",
         "claims",
         "closing",
@@ -105,6 +106,8 @@ class Generation:
         self.event_buffers: dict[str, deque[tuple[int, Payload | None]]] = {}
         self.event_waiters: dict[str, list[EventWait]] = {}
         self.arrivals = 0
+        #: Set by ExecutionCancelRequested: the main coroutine was asked to stop.
+        self.cancel_reason: str | None = None
         self.claims: dict[int, EventWait] = {}
         self.conditions: list[ConditionTask] = []
         self.halt = False

@@ -18,6 +18,7 @@ from engine.core.history import (
     ChildWorkflowFailed,
     EventBody,
     EventRaised,
+    ExecutionCancelRequested,
     ExecutionCompleted,
     ExecutionResumed,
     ExecutionStarted,
@@ -152,6 +153,20 @@ def deliver_event(gen: Generation, body: EventRaised) -> None:
     gen.receive_event(body.name, body.input)
 
 
+def on_cancel_requested(ex: EventTarget, body: ExecutionCancelRequested) -> str | None:
+    """The main coroutine gets ``CancelledError`` at its current await when the code runs
+    next (so what it waited on is cancelled by running code, journaled as decisions)."""
+    gen = _current(ex)
+    if gen.cancel_reason is not None:
+        return "a cancellation was already requested"
+    ex.journal_inbound(body)
+    gen.cancel_reason = body.reason or "cancellation requested"
+    main = gen.main
+    if main is not None:
+        gen.ready.append(main.cancel)
+    return None
+
+
 def on_terminated(ex: EventTarget, body: ExecutionTerminated) -> str | None:
     ex.journal_inbound(body)
     ex.apply_termination(body)
@@ -192,6 +207,7 @@ INBOUND: dict[type[EventBody], InboundHandler] = {
     ExecutionTerminated: on_terminated,
     ExecutionSuspended: on_suspended,
     ExecutionResumed: on_resumed,
+    ExecutionCancelRequested: on_cancel_requested,
 }
 """Events the processor may offer to an instance in a turn."""
 

@@ -18,6 +18,7 @@ from engine.core.history import (
     ChildWorkflowCompleted,
     ChildWorkflowFailed,
     EventRaised,
+    ExecutionCancelRequested,
     ExecutionResumed,
     ExecutionStarted,
     ExecutionSuspended,
@@ -31,6 +32,7 @@ from engine.core.history import (
 from engine.core.instance_row import InstanceRow, PendingEvent
 from engine.core.messages import (
     ActivityResult,
+    CancelWorkflow,
     ChildResult,
     IdReusePolicy,
     Message,
@@ -262,6 +264,10 @@ def oversized_result(b: Batch, msg: ActivityResult) -> FailureDetails | None:
 
 
 def on_child_result(b: Batch, msg: ChildResult, now_ms: int) -> None:
+    parent = b.load(msg.instance_id).meta
+    if msg.child_instance_id in parent.children:  # it no longer runs, whatever its parent does
+        parent.children.remove(msg.child_instance_id)
+        b.save(parent)
     body: Any
     if msg.status is RuntimeStatus.COMPLETED:
         body = ChildWorkflowCompleted(msg.task_id, msg.output)
@@ -283,6 +289,10 @@ def on_terminate(b: Batch, msg: TerminateWorkflow, now_ms: int) -> None:
         b.save(meta)
         return
     _deliver(b, msg, Inbound(ExecutionTerminated(msg.reason, msg.recursive)))
+
+
+def on_cancel(b: Batch, msg: CancelWorkflow, now_ms: int) -> None:
+    _deliver(b, msg, Inbound(ExecutionCancelRequested(msg.reason)))
 
 
 def on_suspend(b: Batch, msg: SuspendWorkflow, now_ms: int) -> None:
@@ -339,4 +349,5 @@ MESSAGE_HANDLERS: dict[type[Message], MessageHandler] = {
     PurgeWorkflow: on_purge,
     ActivityResult: on_activity_result,
     ChildResult: on_child_result,
+    CancelWorkflow: on_cancel,
 }

@@ -36,6 +36,7 @@ from engine.core.history import (
 from engine.core.limits import shorten_failure
 from engine.core.messages import (
     ActivityTask,
+    CancelWorkflow,
     ChildResult,
     IdReusePolicy,
     RaiseEvent,
@@ -262,8 +263,26 @@ def _schedule_activity(b: Batch, item: Loaded, a: act.ScheduleActivity, now_ms: 
     b.send(b.env.topics.activity_tasks, task)
 
 
+def _cancel_activity(b: Batch, item: Loaded, a: act.CancelActivity, now_ms: int) -> None:
+    """The workflow stopped waiting for a running attempt (``ActivityCancelRequested`` is
+    already in the turn's history, and the attempt's late result will be rejected as
+    stale). Nothing is sent yet: the attempt runs on until it ends or times out; delivering
+    the request to the worker that runs it belongs here."""
+    log.info(
+        "%s: activity %s (task %d, attempt %d, idempotency key %s) cancelled: its result "
+        "will be dropped",
+        item.meta.instance_id,
+        a.name,
+        a.task_id,
+        a.attempt,
+        a.idempotency_key,
+    )
+
+
 def _start_child(b: Batch, item: Loaded, a: act.StartChild, now_ms: int) -> None:
     parent = item.meta.instance_id
+    if a.instance_id not in item.meta.children:
+        item.meta.children.append(a.instance_id)
     start = StartWorkflow(
         instance_id=a.instance_id,
         name=a.name,
@@ -321,9 +340,17 @@ def notify_parent(
 
 
 def _terminate_children(b: Batch, item: Loaded, a: act.TerminateChildren, now_ms: int) -> None:
-    for child in a.instance_ids:
+    children = list(a.instance_ids)
+    if a.every_generation:  # also the children that earlier generations left running
+        children += [c for c in item.meta.children if c not in a.instance_ids]
+    for child in children:
         message = TerminateWorkflow(instance_id=child, reason=a.reason, recursive=True)
         b.send(b.env.topics.instance_messages, message)
+
+
+def _cancel_children(b: Batch, item: Loaded, a: act.CancelChildren, now_ms: int) -> None:
+    for child in a.instance_ids:
+        b.send(b.env.topics.instance_messages, CancelWorkflow(instance_id=child, reason=a.reason))
 
 
 def _nothing_to_send(b: Batch, item: Loaded, a: Any, now_ms: int) -> None:
@@ -342,6 +369,8 @@ ACTION_HANDLERS: dict[type, ActionHandler] = {
     act.CompleteExecution: _complete,
     act.ContinueAsNew: _nothing_to_send,
     act.TerminateChildren: _terminate_children,
+    act.CancelChildren: _cancel_children,
+    act.CancelActivity: _cancel_activity,
     act.RunInlineStep: _nothing_to_send,
     act.SetCustomStatus: _nothing_to_send,
 }

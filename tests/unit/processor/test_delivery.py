@@ -6,6 +6,7 @@ checks the same invariant over random workflows and arrival orders.)"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -177,3 +178,158 @@ def test_an_awaited_thread_failure_reaches_its_awaiter_only(env: TestEngine) -> 
     state = env.wait_for_completion("o-3", timeout=60)
     assert state.status is RuntimeStatus.COMPLETED
     assert state.output == "main saw: caught by main"
+
+
+# --- losing activities and children; the parent-close policy ----------------------------------
+
+slow_registry = Registry()
+
+
+@slow_registry.activity(name="delivery.slow")
+def slow(value: str) -> str:
+    return value
+
+
+@slow_registry.workflow(name="delivery.activity_race")
+async def activity_race(ctx: WorkflowContext, _: Any) -> str:
+    work = ctx.call_activity(slow, "done")
+    winner = await ctx.when_any([ctx.wait_for_event("go"), work])
+    await ctx.sleep(1)  # still running when the activity's result comes back
+    return "event" if winner is not work else "activity"
+
+
+@slow_registry.workflow(name="delivery.child")
+async def child(ctx: WorkflowContext, _: Any) -> str:
+    try:
+        await ctx.wait_for_event("never")
+    except BaseException:
+        ctx.set_custom_status("cleaning up")
+        await ctx.sleep(1)  # clean-up work after the cancellation
+        raise
+    return "unreachable"
+
+
+@slow_registry.workflow(name="delivery.parent")
+async def parent(ctx: WorkflowContext, spec: dict[str, Any]) -> str:
+    policy = spec["policy"]
+    if spec.get("race"):
+        kid = ctx.call_child_workflow(
+            child, None, instance_id=f"{ctx.instance_id}:kid", parent_close_policy=policy
+        )
+        await ctx.when_any([ctx.sleep(1), kid])
+        await ctx.sleep(10)
+        return "raced"
+    ctx.call_child_workflow(
+        child,
+        None,
+        instance_id=f"{ctx.instance_id}:kid{ctx.generation}",
+        parent_close_policy=policy,
+    )
+    if ctx.generation < spec.get("generations", 0):
+        await ctx.sleep(1)
+        ctx.continue_as_new(spec)
+    await ctx.wait_for_event("finish")
+    return "finished"
+
+
+@pytest.fixture
+def slow_env() -> Iterator[TestEngine]:
+    with TestEngine(slow_registry) as engine:
+        yield engine
+
+
+def test_a_losing_activity_gets_a_cancellation_request_and_its_late_result_is_stale(
+    slow_env: TestEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = slow_env
+    caplog.set_level(logging.INFO, logger="engine.processor")
+    env.start("delivery.activity_race", None, instance_id="ar-1")
+    env.raise_event("ar-1", "go")  # in the start's batch: the event wins at once
+    state = env.wait_for_completion("ar-1", timeout=60)
+    assert state.output == "event"
+    kinds = [type(e.body).__name__ for e in env.history("ar-1")]
+    assert kinds.index("TaskScheduled") < kinds.index("ActivityCancelRequested")
+    assert "TaskCompleted" not in kinds  # the attempt's result came back late: dropped
+    counters = env.processors[env.partition_of("ar-1")].counters
+    assert counters.rejected_kinds["TaskCompleted"] == 1
+    # the CancelActivity action reached its handler with the attempt's idempotency key
+    assert "idempotency key ar-1/0/0/1) cancelled" in caplog.text
+
+
+def child_state(env: TestEngine, instance_id: str) -> tuple[RuntimeStatus, Any]:
+    state = env.get(instance_id)
+    assert state is not None
+    return state.status, state.failure.type if state.failure else None
+
+
+def test_parent_close_terminate_is_the_default(slow_env: TestEngine) -> None:
+    env = slow_env
+    env.start("delivery.parent", {"policy": "TERMINATE"}, instance_id="pc-1")
+    env.run()
+    env.raise_event("pc-1", "finish")
+    assert env.wait_for_completion("pc-1").output == "finished"
+    env.run()
+    assert child_state(env, "pc-1:kid0") == (RuntimeStatus.TERMINATED, "Terminated")
+
+
+def test_parent_close_request_cancel_lets_the_child_clean_up(slow_env: TestEngine) -> None:
+    env = slow_env
+    env.start("delivery.parent", {"policy": "REQUEST_CANCEL"}, instance_id="pc-2")
+    env.run()
+    env.raise_event("pc-2", "finish")
+    env.wait_for_completion("pc-2")
+    state = env.wait_for_completion("pc-2:kid0", timeout=60)
+    assert state.status is RuntimeStatus.FAILED
+    assert state.failure is not None and state.failure.type == "CancelledError"
+    assert state.custom_status == "cleaning up"
+    kinds = [type(e.body).__name__ for e in env.history("pc-2:kid0")]
+    assert kinds.count("ExecutionCancelRequested") == 1
+    assert "TimerFired" in kinds  # its clean-up ran to the end
+
+
+def test_parent_close_abandon_leaves_the_child_running(slow_env: TestEngine) -> None:
+    env = slow_env
+    env.start("delivery.parent", {"policy": "ABANDON"}, instance_id="pc-3")
+    env.run()
+    env.raise_event("pc-3", "finish")
+    env.wait_for_completion("pc-3")
+    env.run()
+    assert child_state(env, "pc-3:kid0") == (RuntimeStatus.RUNNING, None)
+
+
+def test_the_policy_applies_when_the_parent_fails_or_is_terminated(slow_env: TestEngine) -> None:
+    env = slow_env
+    env.start("delivery.parent", {"policy": "TERMINATE"}, instance_id="pc-4")
+    env.run()
+    env.terminate("pc-4", "stop")  # not recursive: the policy still applies
+    env.run()
+    assert child_state(env, "pc-4:kid0") == (RuntimeStatus.TERMINATED, "Terminated")
+
+
+def test_the_policy_applies_at_continue_as_new(slow_env: TestEngine) -> None:
+    env = slow_env
+    env.start("delivery.parent", {"policy": "TERMINATE", "generations": 1}, instance_id="pc-5")
+    env.advance(2)
+    assert child_state(env, "pc-5:kid0") == (RuntimeStatus.TERMINATED, "Terminated")
+    assert child_state(env, "pc-5:kid1") == (RuntimeStatus.RUNNING, None)
+
+
+def test_a_child_that_loses_a_when_any_is_handled_by_its_policy(slow_env: TestEngine) -> None:
+    env = slow_env
+    env.start("delivery.parent", {"policy": "TERMINATE", "race": True}, instance_id="pc-6")
+    env.advance(2)  # the timer wins; the parent still runs
+    assert child_state(env, "pc-6") == (RuntimeStatus.RUNNING, None)
+    assert child_state(env, "pc-6:kid") == (RuntimeStatus.TERMINATED, "Terminated")
+
+
+def test_recursive_terminate_reaches_children_of_earlier_generations(
+    slow_env: TestEngine,
+) -> None:
+    env = slow_env
+    spec = {"policy": "ABANDON", "generations": 2}
+    env.start("delivery.parent", spec, instance_id="pc-7")
+    env.advance(5)  # generations 0, 1 and 2 each started a child and left it running
+    assert [child_state(env, f"pc-7:kid{g}")[0] for g in range(3)] == [RuntimeStatus.RUNNING] * 3
+    env.terminate("pc-7", "stop all", recursive=True)
+    env.run()
+    assert [child_state(env, f"pc-7:kid{g}")[0] for g in range(3)] == [RuntimeStatus.TERMINATED] * 3
