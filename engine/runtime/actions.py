@@ -122,7 +122,8 @@ class ContinueAsNew(Action):
 
 @dataclass(frozen=True, slots=True)
 class TerminateChildren(Action):
-    """Terminate these child instances, each recursively. ``every_generation`` (a
+    """Terminate these child instances (recursively, unless ``recursive`` is False).
+    ``every_generation`` (a
     recursive terminate of this instance) adds every child the instance row still lists,
     those of earlier generations too; otherwise (the TERMINATE parent-close policy) only
     the ones named."""
@@ -130,6 +131,8 @@ class TerminateChildren(Action):
     instance_ids: tuple[str, ...]
     reason: str
     every_generation: bool = False
+    #: False for the TERMINATE policy: each child then applies its own children's policies.
+    recursive: bool = True
     generation: int = field(kw_only=True)
 
 
@@ -150,7 +153,7 @@ def close_children(
     cancel = tuple(i for i, p in children if p is ParentClosePolicy.REQUEST_CANCEL)
     out: list[Action] = []
     if terminate:
-        out.append(TerminateChildren(terminate, reason, generation=generation))
+        out.append(TerminateChildren(terminate, reason, recursive=False, generation=generation))
     if cancel:
         out.append(CancelChildren(cancel, reason, generation=generation))
     return out

@@ -245,7 +245,7 @@ class WhenAny(Task[Task[Any]]):
     among them are journaled as cancelled and cancelled fibers get ``CancelledError``.
     """
 
-    __slots__ = ("_gen", "_tasks")
+    __slots__ = ("_gen", "_readers", "_tasks")
 
     def __init__(self, gen: ReadyQueue, tasks: list[Task[Any]]) -> None:
         super().__init__()
@@ -253,6 +253,7 @@ class WhenAny(Task[Task[Any]]):
             raise ValueError("when_any needs at least one task")
         self._gen = gen
         self._tasks = tasks
+        self._readers: tuple[Waiter, ...] = ()
         for task in tasks:
             if task.done():
                 self.set_result(task)
@@ -265,7 +266,14 @@ class WhenAny(Task[Task[Any]]):
         if self._state == PENDING:
             # queue the cancellation first, so that it happens before any waiter resumes
             self._gen.ready.append(self._cancel_losers)
+            self._readers = tuple(self._waiters or ())
             self.set_result(task)
+
+    def withdraw(self, by: object) -> None:
+        """Nobody will look at the winner either: it gives back what it holds."""
+        winner = self._value
+        if isinstance(winner, Task) and all(reader is by for reader in self._readers):
+            winner.withdraw(self)
 
     def _cancel_losers(self) -> None:
         """Cancel the pending losers; a loser resolved in the winner's turn (an event that

@@ -344,7 +344,7 @@ def _terminate_children(b: Batch, item: Loaded, a: act.TerminateChildren, now_ms
     if a.every_generation:  # also the children that earlier generations left running
         children += [c for c in item.meta.children if c not in a.instance_ids]
     for child in children:
-        message = TerminateWorkflow(instance_id=child, reason=a.reason, recursive=True)
+        message = TerminateWorkflow(instance_id=child, reason=a.reason, recursive=a.recursive)
         b.send(b.env.topics.instance_messages, message)
 
 

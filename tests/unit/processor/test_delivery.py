@@ -60,6 +60,19 @@ async def race(ctx: WorkflowContext, _: Any) -> dict[str, Any]:
     return {"timer_won": first.exception() is None and first.result() is None, "sig": later}
 
 
+@registry.workflow(name="delivery.cancel_listener")
+async def cancel_listener(ctx: WorkflowContext, _: Any) -> Any:
+    """Main cancels a listener whose event arrived in the same batch as main's own."""
+
+    async def listen() -> Any:
+        return await ctx.wait_for_event("e")
+
+    thread = ctx.spawn(listen())
+    await ctx.wait_for_event("go")
+    thread.cancel()  # the listener was woken by "e" but has not resumed
+    return await ctx.wait_for_event("e", timeout=1)
+
+
 @registry.workflow(name="delivery.orphan")
 async def orphan(ctx: WorkflowContext, how: str) -> str:
     async def fails() -> None:
@@ -155,6 +168,16 @@ def test_when_any_loser_gives_its_event_back(env: TestEngine) -> None:
     state = env.wait_for_completion("race-1", timeout=600)
     assert state.status is RuntimeStatus.COMPLETED
     assert state.output == {"timer_won": True, "sig": {"ok": True}}
+
+
+def test_a_fiber_cancelled_before_it_read_its_event_gives_it_back(env: TestEngine) -> None:
+    env.start("delivery.cancel_listener", None, instance_id="cl-1")
+    env.run()
+    env.raise_event("cl-1", "go")
+    env.raise_event("cl-1", "e", "for main")  # one batch: main runs first
+    state = env.wait_for_completion("cl-1", timeout=60)
+    assert state.status is RuntimeStatus.COMPLETED
+    assert state.output == "for main"
 
 
 def test_an_unawaited_thread_that_fails_fails_the_workflow(env: TestEngine) -> None:

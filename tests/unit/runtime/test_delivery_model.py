@@ -4,7 +4,8 @@ Hypothesis draws a workflow (reader threads and the main coroutine reading event
 waits, waits with a timeout and ``when_any`` races against timers, continue-as-new after a
 sleep), a schedule of events, and how they and the timer fires are cut into turns and
 ordered within each turn (timers before or after the events: a parked or suspended
-instance can see either). The workflow reports every event it reads with ``send_event``,
+instance can see either). A race's wait may also run in a fiber of its own, which is cancelled when it loses. The
+workflow reports every event it reads with ``send_event``,
 so what was consumed is in its history.
 
 The model is a ledger kept from the schedule and the history alone: each generation holds
@@ -20,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from engine import Registry, WorkflowContext, WorkflowTimeoutError
@@ -47,6 +48,11 @@ registry = Registry()
 async def model(ctx: WorkflowContext, spec: dict[str, Any]) -> str:
     finished = [0]
 
+    async def read_one(name: str) -> None:
+        # the fiber reads (and reports) the event itself; it may lose the race before
+        # it resumes (then the event goes back) or after (then it was read)
+        ctx.send_event("sink", name, await ctx.wait_for_event(name))
+
     async def reader(name: str, reads: list[list[Any]]) -> None:
         for kind, ms in reads:
             if kind == "plain":
@@ -56,12 +62,15 @@ async def model(ctx: WorkflowContext, spec: dict[str, Any]) -> str:
                     value = await ctx.wait_for_event(name, timeout=ms / 1000)
                 except WorkflowTimeoutError:
                     continue
-            else:
+            elif kind == "any":
                 wait = ctx.wait_for_event(name)
                 winner = await ctx.when_any([ctx.sleep(ms / 1000), wait])
                 if winner is not wait:
                     continue
                 value = wait.result()
+            else:  # the wait runs in a fiber of its own, which may lose the race
+                await ctx.when_any([ctx.sleep(ms / 1000), read_one(name)])
+                continue
             ctx.send_event("sink", name, value)
         finished[0] += 1
 
@@ -76,7 +85,7 @@ async def model(ctx: WorkflowContext, spec: dict[str, Any]) -> str:
 
 
 reads = st.lists(
-    st.tuples(st.sampled_from(["plain", "timeout", "any"]), st.integers(1, 40)).map(list),
+    st.tuples(st.sampled_from(["plain", "timeout", "any", "race"]), st.integers(1, 40)).map(list),
     max_size=3,
 )
 reader_spec = st.fixed_dictionaries({"name": st.sampled_from(NAMES), "reads": reads})
@@ -173,6 +182,9 @@ def check_ledger(run: Run) -> None:
         consumed_all += consumed
         held = sorted(set(present) - set(consumed), key=arrival.__getitem__)
     assert len(set(consumed_all)) == len(consumed_all), "an event was consumed twice"
+    event(f"generations: {len(gens)}")
+    event(f"carried an event: {any(carried for carried, _, _ in gens)}")
+    event(f"left pending: {bool(held)}")
     pending = held
     assert sorted(consumed_all + pending) == sorted(run.accepted), "an event vanished"
     # the last generation still holds exactly the pending ones: buffered or claimed
@@ -186,7 +198,7 @@ def check_ledger(run: Run) -> None:
 
 
 @settings(
-    max_examples=150,
+    max_examples=1000,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
