@@ -4,9 +4,9 @@ Hypothesis draws a workflow (reader threads and the main coroutine reading event
 waits, waits with a timeout and ``when_any`` races against timers, continue-as-new after a
 sleep), a schedule of events, and how they and the timer fires are cut into turns and
 ordered within each turn (timers before or after the events: a parked or suspended
-instance can see either). A race's wait may also run in a fiber of its own, which is cancelled when it loses. The
-workflow reports every event it reads with ``send_event``,
-so what was consumed is in its history.
+instance can see either). A race's wait may also run in a fiber of its own, which is
+cancelled when it loses. The workflow reports every event it reads with ``send_event``, so
+what was consumed is in its history.
 
 The model is a ledger kept from the schedule and the history alone: each generation holds
 the events carried into it plus those that arrived during it; what it did not consume is
@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import event as label
 from hypothesis import strategies as st
 
 from engine import Registry, WorkflowContext, WorkflowTimeoutError
@@ -182,9 +183,9 @@ def check_ledger(run: Run) -> None:
         consumed_all += consumed
         held = sorted(set(present) - set(consumed), key=arrival.__getitem__)
     assert len(set(consumed_all)) == len(consumed_all), "an event was consumed twice"
-    event(f"generations: {len(gens)}")
-    event(f"carried an event: {any(carried for carried, _, _ in gens)}")
-    event(f"left pending: {bool(held)}")
+    label(f"generations: {len(gens)}")
+    label(f"carried an event: {any(carried for carried, _, _ in gens)}")
+    label(f"left pending: {bool(held)}")
     pending = held
     assert sorted(consumed_all + pending) == sorted(run.accepted), "an event vanished"
     # the last generation still holds exactly the pending ones: buffered or claimed
