@@ -23,7 +23,7 @@ from typing import Any
 from engine.core.errors import CodecError
 from engine.core.failure import FailureDetails
 from engine.core.history import EVENT_TYPES, HistoryEvent, ParentClosePolicy, RuntimeStatus
-from engine.core.instance_row import InstanceRow, Parked, PendingEvent
+from engine.core.instance_row import InstanceRow, Parked, PendingEvent, RunningChild
 from engine.core.messages import (
     COMMAND_BODY_TYPES,
     ActivityResult,
@@ -59,6 +59,7 @@ _PLAIN_RECORDS: dict[str, type] = {
         InstanceRow,
         PendingEvent,
         Parked,
+        RunningChild,
     )
 }
 _COMMAND_BODIES: dict[str, type] = {cls.__name__: cls for cls in COMMAND_BODY_TYPES}

@@ -66,6 +66,7 @@ class StartChild(Action):
     name: str
     version: str
     input: Payload | None
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE
     generation: int = field(kw_only=True)
 
 

@@ -349,7 +349,9 @@ class ChildTask(Task[Any]):
         recorded = gen.command(body)
         if recorded is None:
             gen.journal.actions.append(
-                StartChild(task_id, instance_id, name, version, input, generation=gen.number)
+                StartChild(
+                    task_id, instance_id, name, version, input, policy, generation=gen.number
+                )
             )
         else:
             instance_id = recorded.instance_id

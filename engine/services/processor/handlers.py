@@ -265,8 +265,9 @@ def oversized_result(b: Batch, msg: ActivityResult) -> FailureDetails | None:
 
 def on_child_result(b: Batch, msg: ChildResult, now_ms: int) -> None:
     parent = b.load(msg.instance_id).meta
-    if msg.child_instance_id in parent.children:  # it no longer runs, whatever its parent does
-        parent.children.remove(msg.child_instance_id)
+    running = [c for c in parent.children if c.instance_id != msg.child_instance_id]
+    if len(running) != len(parent.children):  # it no longer runs, whatever its parent does
+        parent.children = running
         b.save(parent)
     body: Any
     if msg.status is RuntimeStatus.COMPLETED:

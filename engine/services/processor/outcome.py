@@ -33,6 +33,7 @@ from engine.core.history import (
     RuntimeStatus,
     TurnStarted,
 )
+from engine.core.instance_row import RunningChild
 from engine.core.limits import shorten_failure
 from engine.core.messages import (
     ActivityTask,
@@ -225,8 +226,24 @@ def fail_turn(
     meta.custom_status = fitting(meta.custom_status, limits.custom_status)
     meta.last_updated_ms = now_ms
     notify_parent(b, meta.instance_id, item, RuntimeStatus.FAILED, None, details)
+    _close_children(b, item, now_ms)
     b.save(meta)
     b.counters.completed += 1
+
+
+def _close_children(b: Batch, item: Loaded, now_ms: int) -> None:
+    """The processor failed the instance in place of its turn: the current generation's
+    running children get their parent-close policies from the row, as the runtime's own
+    end would give them."""
+    meta = item.meta
+    children = [
+        (c.instance_id, c.parent_close_policy)
+        for c in meta.children
+        if c.generation == meta.generation
+    ]
+    reason = f"parent {meta.instance_id} ended FAILED"
+    for action in act.close_children(children, reason, meta.generation):
+        ACTION_HANDLERS[type(action)](b, item, action, now_ms)
 
 
 def _failed_events(
@@ -280,9 +297,10 @@ def _cancel_activity(b: Batch, item: Loaded, a: act.CancelActivity, now_ms: int)
 
 
 def _start_child(b: Batch, item: Loaded, a: act.StartChild, now_ms: int) -> None:
-    parent = item.meta.instance_id
-    if a.instance_id not in item.meta.children:
-        item.meta.children.append(a.instance_id)
+    meta = item.meta
+    parent = meta.instance_id
+    meta.children = [c for c in meta.children if c.instance_id != a.instance_id]
+    meta.children.append(RunningChild(a.instance_id, a.generation, a.parent_close_policy))
     start = StartWorkflow(
         instance_id=a.instance_id,
         name=a.name,
@@ -342,7 +360,9 @@ def notify_parent(
 def _terminate_children(b: Batch, item: Loaded, a: act.TerminateChildren, now_ms: int) -> None:
     children = list(a.instance_ids)
     if a.every_generation:  # also the children that earlier generations left running
-        children += [c for c in item.meta.children if c not in a.instance_ids]
+        children += [
+            c.instance_id for c in item.meta.children if c.instance_id not in a.instance_ids
+        ]
     for child in children:
         message = TerminateWorkflow(instance_id=child, reason=a.reason, recursive=a.recursive)
         b.send(b.env.topics.instance_messages, message)

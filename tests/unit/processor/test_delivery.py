@@ -255,6 +255,13 @@ async def parent(ctx: WorkflowContext, spec: dict[str, Any]) -> str:
     return "finished"
 
 
+@slow_registry.workflow(name="delivery.too_big")
+async def too_big(ctx: WorkflowContext, _: Any) -> str:
+    ctx.call_child_workflow(child, None, instance_id=f"{ctx.instance_id}:kid")
+    await ctx.sleep(1)
+    return "x" * (300 * 1024)  # over the workflow output limit: the processor fails it
+
+
 @pytest.fixture
 def slow_env() -> Iterator[TestEngine]:
     with TestEngine(slow_registry) as engine:
@@ -356,3 +363,13 @@ def test_recursive_terminate_reaches_children_of_earlier_generations(
     env.terminate("pc-7", "stop all", recursive=True)
     env.run()
     assert [child_state(env, f"pc-7:kid{g}")[0] for g in range(3)] == [RuntimeStatus.TERMINATED] * 3
+
+
+def test_the_policy_applies_when_the_processor_fails_the_parent(slow_env: TestEngine) -> None:
+    env = slow_env
+    env.start("delivery.too_big", None, instance_id="pc-8")
+    state = env.wait_for_completion("pc-8", timeout=60)
+    assert state.status is RuntimeStatus.FAILED
+    assert state.failure is not None and state.failure.type == "PayloadTooLargeError"
+    env.run()
+    assert child_state(env, "pc-8:kid") == (RuntimeStatus.TERMINATED, "Terminated")
