@@ -262,6 +262,22 @@ async def too_big(ctx: WorkflowContext, _: Any) -> str:
     return "x" * (300 * 1024)  # over the workflow output limit: the processor fails it
 
 
+@slow_registry.workflow(name="delivery.middle")
+async def middle(ctx: WorkflowContext, policy: str) -> str:
+    ctx.call_child_workflow(
+        child, None, instance_id=f"{ctx.instance_id}:grand", parent_close_policy=policy
+    )
+    await ctx.wait_for_event("never")
+    return "unreachable"
+
+
+@slow_registry.workflow(name="delivery.top")
+async def top(ctx: WorkflowContext, policy: str) -> str:
+    ctx.call_child_workflow(middle, policy, instance_id=f"{ctx.instance_id}:mid")
+    await ctx.sleep(1)
+    return "done"
+
+
 @pytest.fixture
 def slow_env() -> Iterator[TestEngine]:
     with TestEngine(slow_registry) as engine:
@@ -373,3 +389,18 @@ def test_the_policy_applies_when_the_processor_fails_the_parent(slow_env: TestEn
     assert state.failure is not None and state.failure.type == "PayloadTooLargeError"
     env.run()
     assert child_state(env, "pc-8:kid") == (RuntimeStatus.TERMINATED, "Terminated")
+
+
+@pytest.mark.parametrize(
+    ("policy", "grandchild"),
+    [("ABANDON", RuntimeStatus.RUNNING), ("TERMINATE", RuntimeStatus.TERMINATED)],
+)
+def test_a_terminated_child_applies_its_own_childrens_policies(
+    slow_env: TestEngine, policy: str, grandchild: RuntimeStatus
+) -> None:
+    env = slow_env
+    env.start("delivery.top", policy, instance_id=f"top-{policy}")
+    assert env.wait_for_completion(f"top-{policy}", timeout=60).output == "done"
+    env.run()
+    assert child_state(env, f"top-{policy}:mid")[0] is RuntimeStatus.TERMINATED
+    assert child_state(env, f"top-{policy}:mid:grand")[0] is grandchild
