@@ -34,6 +34,7 @@ from engine.core.errors import (
     WorkflowTimeoutError,
 )
 from engine.core.failure import FailureDetails
+from engine.core.history import ParentClosePolicy
 from engine.runtime.context import WorkflowContext
 from engine.runtime.registry import Registry, activity, default_registry, workflow
 from engine.runtime.retry import RetryPolicy
@@ -52,6 +53,7 @@ __all__ = [
     "InstanceFailedError",
     "NonDeterminismError",
     "NotRegisteredError",
+    "ParentClosePolicy",
     "RegistrationError",
     "Registry",
     "RetryPolicy",

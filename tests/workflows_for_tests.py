@@ -63,6 +63,35 @@ async def parent_with_child(ctx: WorkflowContext, spec: dict[str, Any] | None) -
     return await ctx.call_child_workflow(wait_event, spec, instance_id=f"{ctx.instance_id}:child")
 
 
+@workflow(name="t.cleans_up")
+async def cleans_up(ctx: WorkflowContext, _: Any) -> str:
+    """A child that waits forever; when cancelled it records that it cleaned up."""
+    try:
+        await ctx.wait_for_event("never")
+    except BaseException:
+        ctx.set_custom_status("cleaned up")
+        await ctx.sleep(0.05)
+        raise
+    return "unreachable"
+
+
+@workflow(name="t.parent_close")
+async def parent_close(ctx: WorkflowContext, spec: dict[str, Any]) -> str:
+    """Starts a ``t.cleans_up`` child per generation under ``spec["policy"]`` and leaves it
+    running; continues as new ``spec["generations"]`` times, then waits for "finish"."""
+    ctx.call_child_workflow(
+        cleans_up,
+        None,
+        instance_id=f"{ctx.instance_id}:kid{ctx.generation}",
+        parent_close_policy=spec["policy"],
+    )
+    if ctx.generation < spec.get("generations", 0):
+        await ctx.sleep(0.05)
+        ctx.continue_as_new(spec)
+    await ctx.wait_for_event("finish")
+    return "finished"
+
+
 @workflow(name="t.counter")
 async def counter(ctx: WorkflowContext, state: dict[str, int]) -> dict[str, int]:
     """A monitor loop: one short durable sleep and one activity per generation, then

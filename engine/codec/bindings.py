@@ -22,10 +22,10 @@ from typing import Any
 
 from engine.core.errors import CodecError
 from engine.core.failure import FailureDetails
-from engine.core.history import EVENT_TYPES, HistoryEvent, RuntimeStatus
-from engine.core.instance_row import InstanceRow, Parked, PendingEvent, SeenRequest
+from engine.core.history import EVENT_TYPES, HistoryEvent, ParentClosePolicy, RuntimeStatus
+from engine.core.instance_row import InstanceRow, Parked, PendingEvent, RunningChild, SeenRequest
 from engine.core.messages import (
-    COMMAND_TYPES,
+    COMMAND_BODY_TYPES,
     ActivityResult,
     ActivityTask,
     ChildResult,
@@ -63,13 +63,15 @@ _PLAIN_RECORDS: dict[str, type] = {
         PendingEvent,
         Parked,
         SeenRequest,
+        RunningChild,
     )
 }
-_COMMAND_BODIES: dict[str, type] = {cls.__name__: cls for cls in COMMAND_TYPES}
+_COMMAND_BODIES: dict[str, type] = {cls.__name__: cls for cls in COMMAND_BODY_TYPES}
 _ENUMS: dict[str, type[Enum]] = {
     "RuntimeStatus": RuntimeStatus,
     "IdReusePolicy": IdReusePolicy,
     "CommandResult": CommandResult,
+    "ParentClosePolicy": ParentClosePolicy,
 }
 
 #: The Command envelope: its ``instance_id`` is lifted into the body, which is the message.

@@ -43,7 +43,7 @@ from engine.core.errors import (
 )
 from engine.core.history import HistoryEvent
 from engine.core.instance_row import InstanceRow
-from engine.core.messages import COMMAND_TYPES, Message
+from engine.core.messages import COMMAND_BODY_TYPES, Message
 
 Decoder = Callable[[bytes], Any]
 Encoder = Callable[[Any], bytes]
@@ -416,7 +416,7 @@ def _build_tables(directory: Path | None) -> None:
         target[old.header] = _resolving_decoder(old, current[old.name])
     encoders: dict[type, Encoder] = {HistoryEvent: _encoder(current[HISTORY])}
     command_encoder = _encoder(current[COMMAND])
-    encoders.update({cls: command_encoder for cls in COMMAND_TYPES})
+    encoders.update({cls: command_encoder for cls in COMMAND_BODY_TYPES})
     encoders.update({cls: _encoder(current[cls.__name__]) for cls in MESSAGE_RECORD_TYPES})
     encoders[InstanceRow] = _encoder(current[INSTANCE_ROW])
     _KNOWN.update(known)

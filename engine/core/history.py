@@ -39,6 +39,20 @@ class RuntimeStatus(StrEnum):
 _TERMINAL = frozenset({RuntimeStatus.COMPLETED, RuntimeStatus.FAILED, RuntimeStatus.TERMINATED})
 
 
+class ParentClosePolicy(StrEnum):
+    """What happens to a running child when its parent stops waiting for it: the parent
+    ends (completes, fails, is terminated), continues as new, or a when_any drops it.
+
+    TERMINATE (the default) terminates the child, and its own children by their policies;
+    REQUEST_CANCEL sends it a cancellation it can clean up after
+    (``ExecutionCancelRequested``); ABANDON leaves it running.
+    """
+
+    TERMINATE = "TERMINATE"
+    ABANDON = "ABANDON"
+    REQUEST_CANCEL = "REQUEST_CANCEL"
+
+
 # --- event bodies -------------------------------------------------------------------------
 
 
@@ -153,6 +167,7 @@ class ChildWorkflowCreated(EventBody):
     instance_id: str
     input: Payload | None = None
     version: str = ""
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +236,25 @@ class TurnStarted(EventBody):
     time_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class ActivityCancelRequested(EventBody):
+    """The workflow stopped waiting for a running activity attempt (a when_any loser, a
+    cancelled task or fiber); a late result of that attempt is rejected as stale."""
+
+    KIND: ClassVar[str] = "ActivityCancelRequested"
+    task_id: int
+    attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionCancelRequested(EventBody):
+    """Someone asked the instance to stop (a parent's REQUEST_CANCEL policy): the main
+    coroutine gets ``CancelledError`` at its current await and may clean up."""
+
+    KIND: ClassVar[str] = "ExecutionCancelRequested"
+    reason: str = ""
+
+
 EVENT_TYPES: tuple[type[EventBody], ...] = (
     ExecutionStarted,
     ExecutionCompleted,
@@ -243,6 +277,8 @@ EVENT_TYPES: tuple[type[EventBody], ...] = (
     EventSent,
     CustomStatusSet,
     TurnStarted,
+    ActivityCancelRequested,
+    ExecutionCancelRequested,
 )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.core.failure import FailureDetails
-from engine.core.history import RuntimeStatus
+from engine.core.history import ParentClosePolicy, RuntimeStatus
 from engine.core.messages import InstanceStatus, StartWorkflow
 from engine.core.payloads import Payload
 
@@ -56,6 +56,15 @@ class Parked:
 
 
 @dataclass(slots=True)
+class RunningChild:
+    """A child this instance started whose result has not arrived yet."""
+
+    instance_id: str
+    generation: int
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE
+
+
+@dataclass(slots=True)
 class InstanceRow:
     instance_id: str
     name: str = ""
@@ -84,6 +93,10 @@ class InstanceRow:
     #: Recent command request ids, oldest first (bounded by count and age: the settings
     #: ``dedup_window`` and ``dedup_window_ms``).
     seen_requests: list[SeenRequest] = field(default_factory=list)
+    #: Children started by any generation whose result has not arrived (a recursive
+    #: terminate reaches them all, also those started before a continue-as-new; a failure
+    #: the processor records applies the current generation's parent-close policies).
+    children: list[RunningChild] = field(default_factory=list)
 
     @property
     def exists(self) -> bool:

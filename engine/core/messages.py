@@ -121,6 +121,19 @@ COMMAND_TYPES: tuple[type[Message], ...] = (
 
 
 @dataclass(frozen=True, slots=True)
+class CancelWorkflow(Message):
+    """Ask an instance to cancel itself (a parent's REQUEST_CANCEL policy); sent between
+    instances on ``instance-messages``, a branch of the Command union."""
+
+    KIND: ClassVar[str] = "CancelWorkflow"
+    reason: str = ""
+
+
+COMMAND_BODY_TYPES: tuple[type[Message], ...] = (*COMMAND_TYPES, CancelWorkflow)
+"""Every branch of the Command union (the commands topic accepts only COMMAND_TYPES)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ChildResult(Message):
     """A child's outcome, sent to its parent (``instance_id`` is the parent)."""
 

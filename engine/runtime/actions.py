@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.core.failure import FailureDetails
-from engine.core.history import HistoryEvent, Inbound, RuntimeStatus
+from engine.core.history import HistoryEvent, Inbound, ParentClosePolicy, RuntimeStatus
 from engine.core.payloads import Payload
 
 
@@ -33,6 +33,22 @@ class ScheduleActivity(Action):
 
 
 @dataclass(frozen=True, slots=True)
+class CancelActivity(Action):
+    """The workflow stopped waiting for this running attempt (``ActivityCancelRequested``
+    is in history): whoever runs the attempt may stop it; its late result is rejected.
+
+    ``idempotency_key`` is the attempt's (the ``ActivityTask``'s), so a worker finds the
+    attempt it runs by it.
+    """
+
+    task_id: int
+    name: str
+    attempt: int
+    idempotency_key: str
+    generation: int = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
 class RunInlineStep(Action):
     """Informational: an inline step already ran during the turn and was journaled."""
 
@@ -50,6 +66,7 @@ class StartChild(Action):
     name: str
     version: str
     input: Payload | None
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE
     generation: int = field(kw_only=True)
 
 
@@ -106,11 +123,41 @@ class ContinueAsNew(Action):
 
 @dataclass(frozen=True, slots=True)
 class TerminateChildren(Action):
-    """Terminate these child instances (recursive termination), each recursively."""
+    """Terminate these child instances (recursively, unless ``recursive`` is False).
+    ``every_generation`` (a
+    recursive terminate of this instance) adds every child the instance row still lists,
+    those of earlier generations too; otherwise (the TERMINATE parent-close policy) only
+    the ones named."""
+
+    instance_ids: tuple[str, ...]
+    reason: str
+    every_generation: bool = False
+    #: False for the TERMINATE policy: each child then applies its own children's policies.
+    recursive: bool = True
+    generation: int = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelChildren(Action):
+    """Ask these child instances to cancel themselves (the REQUEST_CANCEL policy)."""
 
     instance_ids: tuple[str, ...]
     reason: str
     generation: int = field(kw_only=True)
+
+
+def close_children(
+    children: list[tuple[str, ParentClosePolicy]], reason: str, generation: int
+) -> list[Action]:
+    """The actions that apply each child's parent-close policy (ABANDON: none)."""
+    terminate = tuple(i for i, p in children if p is ParentClosePolicy.TERMINATE)
+    cancel = tuple(i for i, p in children if p is ParentClosePolicy.REQUEST_CANCEL)
+    out: list[Action] = []
+    if terminate:
+        out.append(TerminateChildren(terminate, reason, recursive=False, generation=generation))
+    if cancel:
+        out.append(CancelChildren(cancel, reason, generation=generation))
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, MutableMap
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+from engine.core.history import ParentClosePolicy
 from engine.core.typed import return_type
 from engine.runtime.durable import ActivityCall, ChildTask
 from engine.runtime.fastjson import encode as _payload
@@ -37,6 +38,14 @@ def _to_ms(seconds: float | timedelta, what: str) -> int:
     if seconds < 0:
         raise ValueError(f"{what} must not be negative (got {seconds}s)")
     return round(seconds * 1000)
+
+
+def _close_policy(value: ParentClosePolicy | str) -> ParentClosePolicy:
+    try:
+        return ParentClosePolicy(value)
+    except ValueError:
+        choices = ", ".join(p.value for p in ParentClosePolicy)
+        raise ValueError(f"parent_close_policy must be one of {choices} (got {value!r})") from None
 
 
 def _optional_ms(seconds: float | timedelta | None, what: str) -> int | None:
@@ -170,14 +179,21 @@ class WorkflowContext:
         *,
         instance_id: str | None = None,
         version: str = "",
+        parent_close_policy: ParentClosePolicy | str = ParentClosePolicy.TERMINATE,
     ) -> Task[Any]:
         """Start a child workflow; await the task for its result.
 
         The child's id defaults to ``"{instance_id}:{generation}:{task_id}"``. A child that
         ends FAILED or TERMINATED raises :class:`ChildWorkflowFailedError`.
+        ``parent_close_policy`` says what happens to the child while it still runs when
+        this workflow stops waiting for it (ends, continues as new, or cancels the task,
+        as a when_any does with its losers): ``TERMINATE`` (the default) terminates it,
+        ``REQUEST_CANCEL`` asks it to cancel itself (its code gets ``CancelledError``),
+        ``ABANDON`` leaves it running.
         """
         name = self._gen.registry.workflow_name(workflow)
-        task = ChildTask(self._gen, name, _payload(input), instance_id, version)
+        policy = _close_policy(parent_close_policy)
+        task = ChildTask(self._gen, name, _payload(input), instance_id, version, policy)
         if not isinstance(workflow, str):
             task.result_type = return_type(workflow)
         return task

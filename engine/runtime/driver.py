@@ -34,7 +34,7 @@ driver lets through instead of failing the thread with it).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Generator, Sequence
 from typing import Any, Protocol, TypeVar
 
 from engine.core.errors import StepBudgetExceededError
@@ -60,6 +60,9 @@ class FiberHost(ReadyQueue, Protocol):
     @property
     def conditions(self) -> Sequence[object]: ...
 
+    @property
+    def orphaned(self) -> list[Fiber[Any]]: ...
+
     def check_conditions(self) -> None: ...
 
 
@@ -69,7 +72,7 @@ DEFAULT_STEP_BUDGET = 100_000
 class Fiber(Task[T]):
     """A coroutine running inside one instance; awaitable for its return value."""
 
-    __slots__ = ("_coro", "_gen", "_scheduled", "_throw", "_waiting_on")
+    __slots__ = ("_coro", "_gen", "_scheduled", "_throw", "_waiting_on", "_woken_by", "observed")
 
     def __init__(self, gen: FiberHost, coro: Coroutine[Any, Any, T]) -> None:
         super().__init__()
@@ -77,12 +80,16 @@ class Fiber(Task[T]):
         self._gen = gen
         self._throw: BaseException | None = None
         self._waiting_on: Task[Any] | None = None
+        self._woken_by: Task[Any] | None = None
+        #: Whether anything awaited this fiber or read its outcome (see FiberHost.orphaned).
+        self.observed = False
         self._scheduled = True
         gen.ready.append(self)
         gen.fibers.append(self)
 
     def wakeup(self, task: Task[Any]) -> None:
         self._waiting_on = None
+        self._woken_by = task  # read when the coroutine resumes, unless cancelled first
         if not self._scheduled:
             self._scheduled = True
             self._gen.ready.append(self)
@@ -90,6 +97,7 @@ class Fiber(Task[T]):
     def __call__(self) -> None:
         """Run the coroutine up to its next await of a pending task (one driver step)."""
         self._scheduled = False
+        self._woken_by = None
         if self._state != PENDING:
             return
         throw = self._throw
@@ -105,6 +113,10 @@ class Fiber(Task[T]):
         except (KeyboardInterrupt, SystemExit, TurnInterrupt):
             raise
         except BaseException as exc:
+            if self._waiters is None:
+                self._gen.orphaned.append(self)  # nobody awaits it: see Generation.orphaned
+            else:
+                self.observed = True
             self.set_exception(exc)
             return
         if isinstance(yielded, Task):
@@ -134,6 +146,10 @@ class Fiber(Task[T]):
         """
         if self._state != PENDING:
             return False
+        woken = self._woken_by
+        if woken is not None:  # resolved but not read yet: an event in it goes back
+            self._woken_by = None
+            woken.withdraw(self)
         waiting = self._waiting_on
         if waiting is not None:
             if waiting.has_sole_waiter(self) and waiting.cancel():
@@ -143,6 +159,18 @@ class Fiber(Task[T]):
         self._throw = cancelled_error()
         self._reschedule()
         return True
+
+    def __await__(self) -> Generator[Task[Any], None, T]:
+        self.observed = True
+        return super().__await__()
+
+    def result(self) -> T:
+        self.observed = True
+        return super().result()
+
+    def exception(self) -> BaseException | None:
+        self.observed = True
+        return super().exception()
 
     def close(self) -> None:
         """Close the coroutine without running it further (the generation has ended)."""

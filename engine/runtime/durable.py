@@ -9,7 +9,7 @@ marked *apply* run while inbound events are applied and only change state; metho
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any, NoReturn, Protocol, TypeVar
 
 from engine.core.errors import (
@@ -21,20 +21,30 @@ from engine.core.errors import (
 )
 from engine.core.failure import FailureDetails
 from engine.core.history import (
+    ActivityCancelRequested,
     ChildWorkflowCreated,
     EventBody,
+    ParentClosePolicy,
     TaskScheduled,
     TimerCancelled,
     TimerCreated,
 )
 from engine.core.payloads import Payload
 from engine.core.typed import convert
-from engine.runtime.actions import CancelTimer, CreateTimer, ScheduleActivity, StartChild
+from engine.runtime.actions import (
+    CancelActivity,
+    CancelTimer,
+    CreateTimer,
+    ScheduleActivity,
+    StartChild,
+    close_children,
+)
+from engine.runtime.cancel import cancelled_error
 from engine.runtime.failures import raised_from
 from engine.runtime.fastjson import decode
 from engine.runtime.journal import Journal
 from engine.runtime.retry import RetryPolicy
-from engine.runtime.tasks import PENDING, ReadyQueue, Task, Waiter
+from engine.runtime.tasks import FAILED, PENDING, ReadyQueue, Task, Waiter
 
 B = TypeVar("B", bound=EventBody)
 
@@ -71,6 +81,11 @@ class TaskHost(ReadyQueue, Protocol):
 
     @property
     def event_waiters(self) -> dict[str, list[EventWait]]: ...
+
+    @property
+    def claims(self) -> dict[int, EventWait]: ...
+
+    def offer_event(self, arrival: int, name: str, payload: Payload | None) -> None: ...
 
     def command(self, body: B) -> B | None: ...
 
@@ -290,16 +305,27 @@ class ActivityCall(Task[Any]):
                 self._gen.ready.append(self._next_attempt)
 
     def _cancel_hook(self) -> None:
-        """*run*: stop waiting; a late result will be rejected."""
+        """*run*: stop waiting; a running attempt gets a cancellation request (in history,
+        and a ``CancelActivity`` action), and its late result will be rejected as stale."""
+        running = self.phase == RUNNING
         self.phase = FINISHED
         _cancel_if_pending(self._timeout)
         _cancel_if_pending(self._backoff)
+        if not running:
+            return  # between attempts (a retry backoff): nothing runs on a worker
+        gen = self._gen
+        if gen.command(ActivityCancelRequested(self.task_id, self.attempt)) is None:
+            key = f"{gen.instance_id}/{gen.number}/{self.task_id}/{self.attempt}"
+            gen.journal.actions.append(
+                CancelActivity(self.task_id, self.name, self.attempt, key, generation=gen.number)
+            )
 
 
 class ChildTask(Task[Any]):
-    """A child workflow; cancelling only stops waiting (the child keeps running)."""
+    """A child workflow. Cancelling it (a when_any loser, a cancelled fiber) stops waiting
+    and applies its parent-close policy to the running child right away."""
 
-    __slots__ = ("_gen", "instance_id", "name", "result_type", "task_id")
+    __slots__ = ("_gen", "instance_id", "name", "policy", "result_type", "task_id")
 
     def __init__(
         self,
@@ -308,6 +334,7 @@ class ChildTask(Task[Any]):
         input: Payload | None,
         instance_id: str | None,
         version: str,
+        policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
     ) -> None:
         super().__init__()
         self._gen = gen
@@ -318,17 +345,31 @@ class ChildTask(Task[Any]):
         self.task_id = task_id
         if instance_id is None:
             instance_id = f"{gen.instance_id}:{gen.number}:{task_id}"
-        body = ChildWorkflowCreated(task_id, name, instance_id, input, version)
+        body = ChildWorkflowCreated(task_id, name, instance_id, input, version, policy)
         recorded = gen.command(body)
         if recorded is None:
             gen.journal.actions.append(
-                StartChild(task_id, instance_id, name, version, input, generation=gen.number)
+                StartChild(
+                    task_id, instance_id, name, version, input, policy, generation=gen.number
+                )
             )
         else:
             instance_id = recorded.instance_id
+            policy = recorded.parent_close_policy  # the recorded policy stays in force
         self.instance_id = instance_id
+        self.policy = policy
         gen.tasks[task_id] = self
         gen.children[task_id] = self
+
+    def _cancel_hook(self) -> None:
+        """*run*: nobody waits for the child any more: apply its parent-close policy."""
+        gen = self._gen
+        del gen.children[self.task_id]
+        if not gen.journal.replaying:
+            reason = f"parent {gen.instance_id} stopped waiting for it (cancelled)"
+            gen.journal.actions.extend(
+                close_children([(self.instance_id, self.policy)], reason, gen.number)
+            )
 
     def completed(self, output: Payload | None) -> None:
         """*apply*"""
@@ -348,16 +389,37 @@ class ChildTask(Task[Any]):
 
 
 class EventWait(Task[Any]):
-    """Waiting for the next external event of one name, with an optional timeout."""
+    """Waiting for the next external event of one name, with an optional timeout.
 
-    __slots__ = ("_gen", "_timeout_ms", "_timer", "name")
+    Delivery bookkeeping: an event handed to a wait is *claimed* (listed in the
+    generation's ``claims`` under its arrival number) until the code reads it (``await``,
+    ``result()``: *consumed*). A claimed event is carried over by a continue-as-new, and a
+    wait that will not be read (a when_any loser, a fiber cancelled before it resumed)
+    gives its event back (:meth:`withdraw`): to the next waiter for the name, else to the
+    buffer at its arrival position. ``buffered`` builds a wait that claims an event
+    already in the buffer.
+    """
 
-    def __init__(self, gen: TaskHost, name: str, timeout_ms: int | None) -> None:
+    __slots__ = ("_gen", "_payload", "_readers", "_timeout_ms", "_timer", "arrival", "name")
+
+    def __init__(
+        self,
+        gen: TaskHost,
+        name: str,
+        timeout_ms: int | None,
+        buffered: tuple[int, Payload | None] | None = None,
+    ) -> None:
         super().__init__()
         self._gen = gen
         self.name = name
         self._timeout_ms = timeout_ms
         self._timer: TimerTask | None = None
+        self.arrival = -1
+        self._payload: Payload | None = None
+        self._readers: tuple[Any, ...] = ()
+        if buffered is not None:
+            self._claim(*buffered)
+            return
         waiting = gen.event_waiters.get(name)
         if waiting is None:
             gen.event_waiters[name] = [self]
@@ -366,12 +428,58 @@ class EventWait(Task[Any]):
         if timeout_ms is not None:
             self._timer = TimerTask(gen, gen.journal.now_ms + timeout_ms, self)
 
-    def deliver(self, payload: Payload | None) -> None:
+    def deliver(self, arrival: int, payload: Payload | None) -> None:
         """*apply*: the event arrived."""
         timer = self._timer
         if timer is not None and not timer.done():
             self._gen.ready.append(timer.cancel)
+        self._claim(arrival, payload)
+
+    @property
+    def held(self) -> Payload | None:
+        """The payload of the event this wait claimed."""
+        return self._payload
+
+    def _claim(self, arrival: int, payload: Payload | None) -> None:
+        self.arrival = arrival
+        self._payload = payload
+        self._readers = tuple(self._waiters or ())
+        self._gen.claims[arrival] = self
         _decoded(self, payload)
+
+    def __await__(self) -> Generator[Task[Any], None, Any]:
+        while self._state == PENDING:
+            yield self
+        self.consume()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def result(self) -> Any:
+        if self._state != PENDING:
+            self.consume()
+        return super().result()
+
+    def consume(self) -> None:
+        """The code read the event: it is no longer claimed (never carried or given back)."""
+        arrival = self.arrival
+        if arrival >= 0:
+            self.arrival = -1
+            claims = self._gen.claims
+            if claims.get(arrival) is self:
+                del claims[arrival]
+
+    def withdraw(self, by: object) -> None:
+        """Give the event back unless a reader other than ``by`` will still read it; the
+        wait then counts as cancelled."""
+        arrival = self.arrival
+        if arrival < 0 or any(reader is not by for reader in self._readers):
+            return
+        self.consume()
+        self._value = None
+        self._state = FAILED
+        self._error = cancelled_error()
+        self._gen.offer_event(arrival, self.name, self._payload)
 
     def _unlist(self) -> None:
         waiting = self._gen.event_waiters.get(self.name)

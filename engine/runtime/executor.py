@@ -55,6 +55,7 @@ from engine.core.history import (
     ExecutionTerminated,
     HistoryEvent,
     Inbound,
+    ParentClosePolicy,
     RuntimeStatus,
     TurnStarted,
 )
@@ -68,7 +69,9 @@ from engine.runtime.actions import (
     Rejected,
     TerminateChildren,
     TurnResult,
+    close_children,
 )
+from engine.runtime.cancel import is_cancelled
 from engine.runtime.context import WorkflowContext
 from engine.runtime.driver import DEFAULT_STEP_BUDGET, Fiber, run_ready
 from engine.runtime.fastjson import decode, encode
@@ -229,6 +232,12 @@ class WorkflowExecution:
         """Instance ids of this generation's children whose result has not arrived."""
         gen = self._gen
         return [] if gen is None else [child.instance_id for child in gen.children.values()]
+
+    @property
+    def running_children_policies(self) -> list[tuple[str, ParentClosePolicy]]:
+        """This generation's running children with their parent-close policies."""
+        gen = self._gen
+        return [] if gen is None else [(c.instance_id, c.policy) for c in gen.children.values()]
 
     @property
     def pending_timers(self) -> dict[int, int]:
@@ -500,10 +509,15 @@ class WorkflowExecution:
                 self.code_error = exc
                 self._end(RuntimeStatus.FAILED, None, failure_from_exception(exc))
                 return
-            if not gen.halt:
-                return  # every fiber waits on something durable
             if gen.fatal is not None:
                 raise gen.fatal
+            orphan_error = gen.unawaited_failure()
+            if orphan_error is not None:
+                self.code_error = orphan_error
+                self._end(RuntimeStatus.FAILED, None, failure_from_exception(orphan_error))
+                return
+            if not gen.halt:
+                return  # every fiber waits on something durable
             if gen.continue_requested:
                 continues += 1
                 if continues > MAX_CONTINUES_PER_TURN:
@@ -519,6 +533,13 @@ class WorkflowExecution:
 
     def _finish(self, main: Fiber[Any]) -> None:
         error = main.exception()
+        gen = self._gen
+        cancelled = gen is not None and gen.cancel_reason is not None and is_cancelled(error)
+        if cancelled and gen is not None and gen.cancel_reason is not None:
+            # the code let the requested cancellation end it
+            failure = FailureDetails("CancelledError", gen.cancel_reason, "", False)
+            self._end(RuntimeStatus.FAILED, None, failure)
+            return
         if error is not None:
             self.code_error = error
             self._end(RuntimeStatus.FAILED, None, failure_from_exception(error))
@@ -541,9 +562,12 @@ class WorkflowExecution:
         if recorded is not None:
             output, failure = recorded.output, recorded.failure
         self._status, self._output, self._failure = status, output, failure
+        children = self.running_children_policies
         self._close_generation(gen)
         if recorded is None:
             started = self._started
+            reason = f"parent {self.instance_id} ended {status.value}"
+            journal.actions.extend(close_children(children, reason, gen.number))
             journal.actions.append(
                 CompleteExecution(
                     status,
@@ -569,7 +593,7 @@ class WorkflowExecution:
         gen = self._gen
         assert gen is not None and self._started is not None
         failure = FailureDetails("Terminated", body.reason or "terminated", "", False)
-        children = tuple(child.instance_id for child in gen.children.values())
+        children = self.running_children_policies
         self._status, self._output, self._failure = RuntimeStatus.TERMINATED, None, failure
         journal = self._journal
         if journal.replaying:
@@ -588,8 +612,14 @@ class WorkflowExecution:
                 generation=gen.number,
             )
         )
-        if body.recursive and children:
-            journal.actions.append(TerminateChildren(children, body.reason, generation=gen.number))
+        if body.recursive:  # every child, of every generation (the processor adds the older)
+            ids = tuple(instance_id for instance_id, _ in children)
+            journal.actions.append(
+                TerminateChildren(ids, body.reason, every_generation=True, generation=gen.number)
+            )
+        else:
+            reason = f"parent {self.instance_id} was terminated"
+            journal.actions.extend(close_children(children, reason, gen.number))
         self._close_generation(gen)
 
     def _continue_as_new(self, gen: Generation) -> bool:
@@ -598,10 +628,13 @@ class WorkflowExecution:
         new_number = gen.number + 1
         recorded = journal.command(ContinuedAsNew(gen.continue_input, new_number))
         carried = gen.unconsumed_events()
+        children = self.running_children_policies
         self._close_generation(gen)
         if recorded is not None:
             self._status = RuntimeStatus.CONTINUED_AS_NEW
             return False
+        reason = f"parent {self.instance_id} continued as new without it"
+        journal.actions.extend(close_children(children, reason, gen.number))
         journal.actions.append(ContinueAsNew(gen.continue_input, new_number, generation=gen.number))
         started = replace(gen.started, input=gen.continue_input, scheduled_start_ms=None)
         journal.generation = new_number

@@ -15,7 +15,6 @@ from types import CoroutineType
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from engine.core.errors import (
-    CodecError,
     InlineStepFailedError,
     NonDeterminismError,
     WorkflowRuntimeError,
@@ -31,7 +30,7 @@ from engine.core.history import (
 )
 from engine.core.payloads import Payload
 from engine.runtime.actions import RunInlineStep, SendEvent, SetCustomStatus
-from engine.runtime.cancel import cancelled_error
+from engine.runtime.cancel import cancelled_error, is_cancelled
 from engine.runtime.driver import Fiber
 from engine.runtime.durable import ChildTask, ConditionTask, EventWait, TimerTask
 from engine.runtime.failures import raised_from
@@ -54,7 +53,9 @@ class Generation:
 
     __slots__ = (
         "arrivals",
+        "cancel_reason",
         "children",
+        "claims",
         "closing",
         "conditions",
         "continue_input",
@@ -70,6 +71,7 @@ class Generation:
         "main",
         "next_task_id",
         "number",
+        "orphaned",
         "ready",
         "registry",
         "rng",
@@ -95,6 +97,8 @@ class Generation:
         self.started = started
         self.ready: deque[Callable[[], object]] = deque()
         self.fibers: list[Fiber[Any]] = []
+        #: Spawned fibers that failed while nothing awaited them (checked after each run).
+        self.orphaned: list[Fiber[Any]] = []
         self.tasks: dict[int, Task[Any]] = {}
         self.timers: dict[int, TimerTask] = {}
         self.children: dict[int, ChildTask] = {}
@@ -102,6 +106,9 @@ class Generation:
         self.event_buffers: dict[str, deque[tuple[int, Payload | None]]] = {}
         self.event_waiters: dict[str, list[EventWait]] = {}
         self.arrivals = 0
+        #: Set by ExecutionCancelRequested: the main coroutine was asked to stop.
+        self.cancel_reason: str | None = None
+        self.claims: dict[int, EventWait] = {}
         self.conditions: list[ConditionTask] = []
         self.halt = False
         self.fatal: BaseException | None = None
@@ -159,6 +166,20 @@ class Generation:
         if len(fibers) >= 1024 and len(fibers) % 1024 == 0:
             fibers[:] = [t for t in fibers if not t.done()]
         return Fiber(self, coro)
+
+    def unawaited_failure(self) -> BaseException | None:
+        """The error of a spawned fiber that failed with nothing awaiting it and whose
+        outcome the code has not read since (a cancelled fiber does not count): it fails
+        the workflow as if the main coroutine had raised it."""
+        orphaned = self.orphaned
+        while orphaned:
+            fiber = orphaned[0]
+            error = fiber.peek_error()
+            if fiber.observed or is_cancelled(error) or isinstance(error, ContinueAsNewRequested):
+                orphaned.pop(0)
+                continue
+            return error
+        return None
 
     def check_conditions(self) -> None:
         """Evaluate pending ``wait_condition`` predicates in registration order."""
@@ -219,12 +240,33 @@ class Generation:
     def wait_event(self, name: str, timeout_ms: int | None) -> Task[Any]:
         buffered = self.event_buffers.get(name)
         if buffered:
-            payload = buffered.popleft()[1]
-            try:
-                return completed_task(decode(payload))
-            except CodecError as exc:
-                return failed_task(exc)
+            return EventWait(self, name, timeout_ms, buffered.popleft())
         return EventWait(self, name, timeout_ms)
+
+    # --- received events: claimed, buffered, given back ----------------------------------------
+
+    def receive_event(self, name: str, payload: Payload | None) -> None:
+        """*apply*: an event arrived; it gets the next arrival number."""
+        arrival = self.arrivals
+        self.arrivals = arrival + 1
+        self.offer_event(arrival, name, payload)
+
+    def offer_event(self, arrival: int, name: str, payload: Payload | None) -> None:
+        """Hand an event to the oldest waiter for its name, or buffer it in arrival order
+        (a given-back event goes back to its place)."""
+        waiters = self.event_waiters.get(name)
+        while waiters:
+            waiter = waiters.pop(0)
+            if not waiter.done():
+                waiter.deliver(arrival, payload)
+                return
+        buffered = self.event_buffers.get(name)
+        if buffered is None:
+            buffered = self.event_buffers[name] = deque()
+        index = len(buffered)
+        while index > 0 and buffered[index - 1][0] > arrival:
+            index -= 1
+        buffered.insert(index, (arrival, payload))
 
     def wait_condition(self, predicate: Callable[[], object], timeout_ms: int | None) -> Task[None]:
         if predicate():
@@ -285,12 +327,14 @@ class Generation:
         return pending
 
     def unconsumed_events(self) -> list[tuple[str, Payload | None]]:
-        """Buffered events nobody waited for, in arrival order (carried to the next run)."""
+        """Every received event the code has not read - buffered, or claimed by a waiting
+        point whose fiber never resumed - in arrival order (carried to the next run)."""
         entries = [
             (arrival, name, payload)
             for name, buffered in self.event_buffers.items()
             for arrival, payload in buffered
         ]
+        entries += [(arrival, wait.name, wait.held) for arrival, wait in self.claims.items()]
         entries.sort(key=lambda entry: entry[0])
         return [(name, payload) for _, name, payload in entries]
 

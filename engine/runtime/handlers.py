@@ -10,7 +10,6 @@ not import the executor.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -19,6 +18,7 @@ from engine.core.history import (
     ChildWorkflowFailed,
     EventBody,
     EventRaised,
+    ExecutionCancelRequested,
     ExecutionCompleted,
     ExecutionResumed,
     ExecutionStarted,
@@ -150,17 +150,21 @@ def on_event_raised(ex: EventTarget, body: EventRaised) -> str | None:
 
 def deliver_event(gen: Generation, body: EventRaised) -> None:
     """Hand the event to the oldest waiter for its name, or buffer it."""
-    waiters = gen.event_waiters.get(body.name)
-    while waiters:
-        waiter = waiters.pop(0)
-        if not waiter.done():
-            waiter.deliver(body.input)
-            return
-    buffered = gen.event_buffers.get(body.name)
-    if buffered is None:
-        buffered = gen.event_buffers[body.name] = deque()
-    buffered.append((gen.arrivals, body.input))
-    gen.arrivals += 1
+    gen.receive_event(body.name, body.input)
+
+
+def on_cancel_requested(ex: EventTarget, body: ExecutionCancelRequested) -> str | None:
+    """The main coroutine gets ``CancelledError`` at its current await when the code runs
+    next (so what it waited on is cancelled by running code, journaled as decisions)."""
+    gen = _current(ex)
+    if gen.cancel_reason is not None:
+        return "a cancellation was already requested"
+    ex.journal_inbound(body)
+    gen.cancel_reason = body.reason or "cancellation requested"
+    main = gen.main
+    if main is not None:
+        gen.ready.append(main.cancel)
+    return None
 
 
 def on_terminated(ex: EventTarget, body: ExecutionTerminated) -> str | None:
@@ -203,6 +207,7 @@ INBOUND: dict[type[EventBody], InboundHandler] = {
     ExecutionTerminated: on_terminated,
     ExecutionSuspended: on_suspended,
     ExecutionResumed: on_resumed,
+    ExecutionCancelRequested: on_cancel_requested,
 }
 """Events the processor may offer to an instance in a turn."""
 

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from engine.core.errors import NonDeterminismError
 from engine.core.history import (
+    ActivityCancelRequested,
     ChildWorkflowCreated,
     ContinuedAsNew,
     CustomStatusSet,
@@ -52,6 +53,7 @@ DECISION_TYPES: frozenset[type[EventBody]] = frozenset(
         CustomStatusSet,
         ExecutionCompleted,
         ContinuedAsNew,
+        ActivityCancelRequested,
     }
 )
 """Event kinds that workflow code decides (everything else is applied from outside)."""
@@ -105,6 +107,7 @@ _MATCHERS: dict[type[EventBody], Callable[[Any, Any], bool]] = {
     CustomStatusSet: _always,
     ExecutionCompleted: _same_end,
     ContinuedAsNew: _always,
+    ActivityCancelRequested: lambda a, b: a.task_id == b.task_id and a.attempt == b.attempt,
 }
 
 

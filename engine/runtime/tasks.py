@@ -137,6 +137,24 @@ class Task(Generic[T]):
         waiters = self._waiters
         return waiters is not None and len(waiters) == 1 and waiters[0] is waiter
 
+    # --- delivery: who read a resolved task's outcome -----------------------------------------
+
+    def peek(self) -> Any:
+        """The value of a resolved task without counting it as read (for aggregates)."""
+        return self._value
+
+    def peek_error(self) -> BaseException | None:
+        """The error of a resolved task without counting it as read."""
+        return self._error
+
+    def consume(self) -> None:
+        """The workflow code has read this task's outcome (an event task marks its event
+        consumed; an aggregate passes it on). Nothing for most tasks."""
+
+    def withdraw(self, by: object) -> None:
+        """``by`` (a when_any, a cancelled fiber) will not read this resolved task: a task
+        that holds an event nobody else will read gives it back (see ``EventWait``)."""
+
 
 def completed_task(value: Any) -> Task[Any]:
     """A task that is already resolved with ``value``."""
@@ -158,11 +176,12 @@ class WhenAll(Task[list[Any]]):
     Like ``asyncio.gather``, a failure does not cancel the other tasks.
     """
 
-    __slots__ = ("_left", "_tasks")
+    __slots__ = ("_left", "_readers", "_tasks")
 
     def __init__(self, tasks: list[Task[Any]]) -> None:
         super().__init__()
         self._tasks = tasks
+        self._readers: tuple[Waiter, ...] = ()
         left = 0
         for task in tasks:
             if not task.done():
@@ -172,7 +191,7 @@ class WhenAll(Task[list[Any]]):
                 self.set_exception(error)
         self._left = left
         if left == 0 and self._state == PENDING:
-            self.set_result([task.result() for task in tasks])
+            self.set_result([task.peek() for task in tasks])
 
     def wakeup(self, task: Task[Any]) -> None:
         if self._state != PENDING:
@@ -183,12 +202,39 @@ class WhenAll(Task[list[Any]]):
             return
         self._left -= 1
         if self._left == 0:
-            self.set_result([t.result() for t in self._tasks])
+            self._readers = tuple(self._waiters or ())
+            self.set_result([t.peek() for t in self._tasks])
+
+    def __await__(self) -> Generator[Task[Any], None, list[Any]]:
+        while self._state == PENDING:
+            yield self
+        self.consume()
+        if self._error is not None:
+            raise self._error
+        value: list[Any] = self._value
+        return value
+
+    def result(self) -> list[Any]:
+        if self._state != PENDING:
+            self.consume()
+        return super().result()
+
+    def consume(self) -> None:
+        """Reading the list reads every value in it."""
+        for task in self._tasks:
+            task.consume()
+
+    def withdraw(self, by: object) -> None:
+        if all(reader is by for reader in self._readers):
+            for task in self._tasks:
+                task.withdraw(self)
 
     def _cancel_hook(self) -> None:
         for task in self._tasks:
             if not task.done():
                 task.cancel()
+            else:
+                task.withdraw(self)  # a value that arrived is not lost with the aggregate
 
 
 class WhenAny(Task[Task[Any]]):
@@ -199,7 +245,7 @@ class WhenAny(Task[Task[Any]]):
     among them are journaled as cancelled and cancelled fibers get ``CancelledError``.
     """
 
-    __slots__ = ("_gen", "_tasks")
+    __slots__ = ("_gen", "_readers", "_tasks")
 
     def __init__(self, gen: ReadyQueue, tasks: list[Task[Any]]) -> None:
         super().__init__()
@@ -207,6 +253,7 @@ class WhenAny(Task[Task[Any]]):
             raise ValueError("when_any needs at least one task")
         self._gen = gen
         self._tasks = tasks
+        self._readers: tuple[Waiter, ...] = ()
         for task in tasks:
             if task.done():
                 self.set_result(task)
@@ -219,12 +266,25 @@ class WhenAny(Task[Task[Any]]):
         if self._state == PENDING:
             # queue the cancellation first, so that it happens before any waiter resumes
             self._gen.ready.append(self._cancel_losers)
+            self._readers = tuple(self._waiters or ())
             self.set_result(task)
 
+    def withdraw(self, by: object) -> None:
+        """Nobody will look at the winner either: it gives back what it holds."""
+        winner = self._value
+        if isinstance(winner, Task) and all(reader is by for reader in self._readers):
+            winner.withdraw(self)
+
     def _cancel_losers(self) -> None:
+        """Cancel the pending losers; a loser resolved in the winner's turn (an event that
+        arrived in the same batch) gives its event back for a later wait."""
         winner = self._value
         for task in self._tasks:
-            if task is not winner and not task.done():
+            if task is winner:
+                continue
+            if task.done():
+                task.withdraw(self)
+            else:
                 task.cancel()
 
     def _cancel_hook(self) -> None:

@@ -294,6 +294,14 @@ class TestEngine:
         moving the clock."""
         self._run(skip_time=False)
 
+    def step(self) -> bool:
+        """One round, without moving the clock: a batch on every partition that has input
+        or due timers, then the activities those batches started (their results wait for
+        the next round). Returns whether anything happened. Commands sent between two
+        rounds land in the same batch as those results, which lets a test put an event
+        and an activity result into one turn."""
+        return self._pump()
+
     def advance(self, duration: timedelta | float) -> None:
         """Move the clock forward by ``duration`` (seconds or a timedelta), firing every
         timer due on the way in order, with the clock at each timer's time."""

@@ -10,6 +10,7 @@ from typing import Any
 
 from engine.core.errors import ConfigurationError
 from engine.core.history import (
+    ActivityCancelRequested,
     ChildWorkflowCompleted,
     ChildWorkflowCreated,
     ChildWorkflowFailed,
@@ -159,7 +160,7 @@ def _fold(
             "attempt": body.attempt,
             "scheduled_ms": event.timestamp_ms,
         }
-    elif isinstance(body, TaskCompleted | TaskFailed):
+    elif isinstance(body, TaskCompleted | TaskFailed | ActivityCancelRequested):
         tasks.pop(body.task_id, None)
     elif isinstance(body, TimerCreated):
         timers[body.task_id] = {"task_id": body.task_id, "fire_at_ms": body.fire_at_ms}

@@ -174,6 +174,36 @@ def test_recursive_terminate_ends_parent_and_child(engine: RunningEngine) -> Non
     assert engine.client.wait_for_completion(child, WAIT).status is RuntimeStatus.TERMINATED
 
 
+def test_request_cancel_lets_the_child_clean_up_when_the_parent_completes(
+    engine: RunningEngine,
+) -> None:
+    parent = new_id("rc")
+    engine.client.start("t.parent_close", {"policy": "REQUEST_CANCEL"}, instance_id=parent)
+    wait_status(engine, f"{parent}:kid0", RuntimeStatus.RUNNING)
+    engine.client.raise_event(parent, "finish")
+    assert engine.client.wait_for_completion(parent, WAIT).status is RuntimeStatus.COMPLETED
+    child = engine.client.wait_for_completion(f"{parent}:kid0", WAIT)
+    assert child.status is RuntimeStatus.FAILED
+    assert child.failure is not None and child.failure.type == "CancelledError"
+    assert child.custom_status == "cleaned up"
+
+
+def test_recursive_terminate_reaches_children_of_earlier_generations(
+    engine: RunningEngine,
+) -> None:
+    parent = new_id("gens")
+    engine.client.start(
+        "t.parent_close", {"policy": "ABANDON", "generations": 2}, instance_id=parent
+    )
+    for generation in range(3):
+        wait_status(engine, f"{parent}:kid{generation}", RuntimeStatus.RUNNING)
+    engine.client.terminate(parent, "stop everything", recursive=True)
+    assert engine.client.wait_for_completion(parent, WAIT).status is RuntimeStatus.TERMINATED
+    for generation in range(3):
+        state = engine.client.wait_for_completion(f"{parent}:kid{generation}", WAIT)
+        assert state.status is RuntimeStatus.TERMINATED
+
+
 def test_events_raised_while_suspended_apply_after_resume(engine: RunningEngine) -> None:
     instance = engine.client.start("t.wait_event", {})
     wait_status(engine, instance, RuntimeStatus.RUNNING)

@@ -20,6 +20,7 @@ from engine.core.history import (
     ChildWorkflowCompleted,
     ChildWorkflowFailed,
     EventRaised,
+    ExecutionCancelRequested,
     ExecutionResumed,
     ExecutionStarted,
     ExecutionSuspended,
@@ -33,6 +34,7 @@ from engine.core.history import (
 from engine.core.instance_row import InstanceRow, PendingEvent
 from engine.core.messages import (
     ActivityResult,
+    CancelWorkflow,
     ChildResult,
     IdReusePolicy,
     Message,
@@ -292,6 +294,11 @@ def oversized_result(b: Batch, msg: ActivityResult) -> FailureDetails | None:
 
 
 def on_child_result(b: Batch, msg: ChildResult, now_ms: int) -> None:
+    parent = b.load(msg.instance_id).meta
+    running = [c for c in parent.children if c.instance_id != msg.child_instance_id]
+    if len(running) != len(parent.children):  # it no longer runs, whatever its parent does
+        parent.children = running
+        b.save(parent)
     body: Any
     if msg.status is RuntimeStatus.COMPLETED:
         body = ChildWorkflowCompleted(msg.task_id, msg.output)
@@ -326,6 +333,10 @@ def on_terminate(b: Batch, msg: TerminateWorkflow, now_ms: int) -> Verdict:
         return accepted("terminated before its scheduled start")
     item.inbox.append(Inbound(ExecutionTerminated(msg.reason, msg.recursive)))
     return accepted()
+
+
+def on_cancel(b: Batch, msg: CancelWorkflow, now_ms: int) -> None:
+    _deliver(b, msg, Inbound(ExecutionCancelRequested(msg.reason)))
 
 
 def on_suspend(b: Batch, msg: SuspendWorkflow, now_ms: int) -> Verdict:
@@ -432,4 +443,5 @@ MESSAGE_HANDLERS: dict[type[Message], MessageHandler] = {
     SignalWithStart: answered(on_signal_with_start),
     ActivityResult: on_activity_result,
     ChildResult: on_child_result,
+    CancelWorkflow: on_cancel,
 }

@@ -14,6 +14,7 @@ from engine.core.keys import murmur2_partition
 from engine.core.messages import (
     COMMAND_TYPES,
     ActivityResult,
+    CancelWorkflow,
     ChildResult,
     Message,
     RaiseEvent,
@@ -24,7 +25,7 @@ from engine.services.records import RawRecord
 
 #: Record kinds that instances send each other on ``instance-messages``.
 INSTANCE_MESSAGE_TYPES: frozenset[type[Message]] = frozenset(
-    {StartWorkflow, RaiseEvent, ChildResult, TerminateWorkflow}
+    {StartWorkflow, RaiseEvent, ChildResult, TerminateWorkflow, CancelWorkflow}
 )
 
 

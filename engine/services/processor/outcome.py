@@ -33,10 +33,11 @@ from engine.core.history import (
     RuntimeStatus,
     TurnStarted,
 )
-from engine.core.instance_row import InstanceRow
+from engine.core.instance_row import InstanceRow, RunningChild
 from engine.core.limits import shorten_failure
 from engine.core.messages import (
     ActivityTask,
+    CancelWorkflow,
     ChildResult,
     IdReusePolicy,
     RaiseEvent,
@@ -246,9 +247,25 @@ def fail_turn(
     meta.custom_status = fitting(meta.custom_status, limits.custom_status)
     meta.last_updated_ms = now_ms
     notify_parent(b, meta.instance_id, item, RuntimeStatus.FAILED, None, details)
+    _close_children(b, item, now_ms)
     b.save(meta)
     b.counters.completed += 1
     log_failed(meta)
+
+
+def _close_children(b: Batch, item: Loaded, now_ms: int) -> None:
+    """The processor failed the instance in place of its turn: the current generation's
+    running children get their parent-close policies from the row, as the runtime's own
+    end would give them."""
+    meta = item.meta
+    children = [
+        (c.instance_id, c.parent_close_policy)
+        for c in meta.children
+        if c.generation == meta.generation
+    ]
+    reason = f"parent {meta.instance_id} ended FAILED"
+    for action in act.close_children(children, reason, meta.generation):
+        ACTION_HANDLERS[type(action)](b, item, action, now_ms)
 
 
 def _failed_events(
@@ -285,8 +302,27 @@ def _schedule_activity(b: Batch, item: Loaded, a: act.ScheduleActivity, now_ms: 
     b.send(b.env.topics.activity_tasks, task)
 
 
+def _cancel_activity(b: Batch, item: Loaded, a: act.CancelActivity, now_ms: int) -> None:
+    """The workflow stopped waiting for a running attempt (``ActivityCancelRequested`` is
+    already in the turn's history, and the attempt's late result will be rejected as
+    stale). Nothing is sent yet: the attempt runs on until it ends or times out; delivering
+    the request to the worker that runs it belongs here."""
+    log.info(
+        "%s: activity %s (task %d, attempt %d, idempotency key %s) cancelled: its result "
+        "will be dropped",
+        item.meta.instance_id,
+        a.name,
+        a.task_id,
+        a.attempt,
+        a.idempotency_key,
+    )
+
+
 def _start_child(b: Batch, item: Loaded, a: act.StartChild, now_ms: int) -> None:
-    parent = item.meta.instance_id
+    meta = item.meta
+    parent = meta.instance_id
+    meta.children = [c for c in meta.children if c.instance_id != a.instance_id]
+    meta.children.append(RunningChild(a.instance_id, a.generation, a.parent_close_policy))
     start = StartWorkflow(
         instance_id=a.instance_id,
         name=a.name,
@@ -344,9 +380,19 @@ def notify_parent(
 
 
 def _terminate_children(b: Batch, item: Loaded, a: act.TerminateChildren, now_ms: int) -> None:
-    for child in a.instance_ids:
-        message = TerminateWorkflow(instance_id=child, reason=a.reason, recursive=True)
+    children = list(a.instance_ids)
+    if a.every_generation:  # also the children that earlier generations left running
+        children += [
+            c.instance_id for c in item.meta.children if c.instance_id not in a.instance_ids
+        ]
+    for child in children:
+        message = TerminateWorkflow(instance_id=child, reason=a.reason, recursive=a.recursive)
         b.send(b.env.topics.instance_messages, message)
+
+
+def _cancel_children(b: Batch, item: Loaded, a: act.CancelChildren, now_ms: int) -> None:
+    for child in a.instance_ids:
+        b.send(b.env.topics.instance_messages, CancelWorkflow(instance_id=child, reason=a.reason))
 
 
 def _nothing_to_send(b: Batch, item: Loaded, a: Any, now_ms: int) -> None:
@@ -365,6 +411,8 @@ ACTION_HANDLERS: dict[type, ActionHandler] = {
     act.CompleteExecution: _complete,
     act.ContinueAsNew: _nothing_to_send,
     act.TerminateChildren: _terminate_children,
+    act.CancelChildren: _cancel_children,
+    act.CancelActivity: _cancel_activity,
     act.RunInlineStep: _nothing_to_send,
     act.SetCustomStatus: _nothing_to_send,
 }

@@ -10,6 +10,7 @@ from engine.core.errors import CodecError
 from engine.core.failure import FailureDetails
 from engine.core.history import (
     EVENT_TYPES,
+    ActivityCancelRequested,
     ChildWorkflowCompleted,
     ChildWorkflowCreated,
     ChildWorkflowFailed,
@@ -17,6 +18,7 @@ from engine.core.history import (
     CustomStatusSet,
     EventRaised,
     EventSent,
+    ExecutionCancelRequested,
     ExecutionCompleted,
     ExecutionResumed,
     ExecutionStarted,
@@ -25,6 +27,7 @@ from engine.core.history import (
     HistoryEvent,
     InlineStepCompleted,
     InlineStepFailed,
+    ParentClosePolicy,
     RuntimeStatus,
     TaskCompleted,
     TaskFailed,
@@ -50,7 +53,7 @@ BODIES = [
     TaskFailed(1, FAILURE, 3),
     InlineStepCompleted(2, "step", to_payload("é")),
     InlineStepFailed(2, "step", FAILURE),
-    ChildWorkflowCreated(3, "child", "c-1", None, "1"),
+    ChildWorkflowCreated(3, "child", "c-1", None, "1", ParentClosePolicy.REQUEST_CANCEL),
     ChildWorkflowCompleted(3, to_payload(None)),
     ChildWorkflowFailed(3, FAILURE),
     TimerCreated(4, 123),
@@ -60,6 +63,8 @@ BODIES = [
     EventSent(5, "other", "ev", to_payload(True)),
     CustomStatusSet(to_payload({"stage": 1})),
     TurnStarted(77),
+    ActivityCancelRequested(4, 2),
+    ExecutionCancelRequested("parent closed"),
 ]
 
 

@@ -137,7 +137,7 @@ def test_terminate_recursive_ends_the_instance_and_its_children() -> None:
             None,
             generation=0,
         ),
-        TerminateChildren(("top:0:0", "named-child"), "stop", generation=0),
+        TerminateChildren(("top:0:0", "named-child"), "stop", every_generation=True, generation=0),
     ]
     assert result.actions[2:] == [CancelTimer(2, START_MS + 3_600_000, generation=0)]
     assert execution.failure is not None and execution.failure.message == "stop"
