@@ -36,6 +36,7 @@ from engine.config.settings import Settings
 from engine.config.topics import topic_names
 from engine.core.errors import BrokerError
 from engine.runtime.registry import Registry
+from engine.services.tracing import TraceHook
 from engine.services.worker import (
     CommitPolicy,
     FlowAction,
@@ -78,6 +79,7 @@ class KafkaWorker:
         shutdown_timeout_s: float = 30.0,
         consumer_overrides: dict[str, Any] | None = None,
         metrics: WorkerMetrics | None = None,
+        tracing: TraceHook | None = None,
     ) -> None:
         self.settings = settings
         self.topics = topic_names(settings.namespace)
@@ -90,6 +92,7 @@ class KafkaWorker:
             prefetch=prefetch,
             worker_id=self.worker_id,
             observer=self.metrics,
+            tracing=tracing,
         )
         self.metrics.attach(lambda: self.worker.running, lambda: self.worker.queued)
         self.policy = CommitPolicy(commit_interval_s)

@@ -42,7 +42,7 @@ from engine.core.messages import (
     TerminateWorkflow,
 )
 from engine.runtime.executor import WorkflowExecution
-from engine.services.processor import keys, parking
+from engine.services.processor import keys, parking, spans
 from engine.services.processor.batch import Batch
 from engine.services.processor.outcome import step_instance
 from engine.services.processor.state import Loaded
@@ -158,7 +158,8 @@ def begin(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
         max_turn_events=b.env.turn_max_events,
     )
     meta.version = _resolved_version(b, msg)
-    item.inbox = [Inbound(_started(msg, meta.version))]
+    traceparent = spans.start_traceparent(b, meta.instance_id, meta.generation)
+    item.inbox = [Inbound(_started(msg, meta.version, traceparent))]
     ttl_floor = now_ms - b.env.pending_events_ttl_ms
     for event in meta.pending_events:
         if event.received_ms >= ttl_floor:
@@ -176,7 +177,7 @@ def _resolved_version(b: Batch, msg: StartWorkflow) -> str:
         return msg.version  # unknown workflow: the runtime fails the instance and says why
 
 
-def _started(msg: StartWorkflow, version: str) -> ExecutionStarted:
+def _started(msg: StartWorkflow, version: str, traceparent: str) -> ExecutionStarted:
     return ExecutionStarted(
         name=msg.name,
         input=msg.input,
@@ -187,6 +188,7 @@ def _started(msg: StartWorkflow, version: str) -> ExecutionStarted:
         scheduled_start_ms=msg.scheduled_start_ms,
         tags=dict(msg.tags),
         request_id=msg.request_id,
+        traceparent=traceparent,
     )
 
 

@@ -1,0 +1,255 @@
+"""OpenTelemetry traces: the processor's and the worker's spans, and the client's start.
+
+Optional: ``pip install 'turnstile-engine[tracing]'``. Without the extra, or without an
+exporter configured, nothing here changes what the engine does: :func:`tracing_from_env`
+answers None, the services keep their ``NoTracing`` hook, and :func:`current_headers`
+adds no header.
+
+Configuration is OpenTelemetry's own: ``OTEL_TRACES_EXPORTER`` (``otlp``, ``console``,
+``none``; a comma-separated list), ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (OTLP over HTTP/protobuf, port 4318),
+``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_BSP_*`` for the batch
+processor, ``OTEL_SDK_DISABLED``. Tracing is on when an exporter is named or an OTLP
+endpoint is set.
+
+The services decide finished spans with W3C ids (``engine.services.tracing.SpanRecord``:
+a run's span id is derived from its history, so no replica emits it twice);
+:class:`OtelTraceHook` hands each one to the span processor as an SDK ``ReadableSpan``,
+which is what a span the SDK itself ended looks like to an exporter.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from engine import __version__
+from engine.core.errors import ConfigurationError
+from engine.core.tracecontext import TRACEPARENT, parse_traceparent
+from engine.services.tracing import SpanRecord
+
+log = logging.getLogger("engine.tracing")
+
+try:  # the API alone is enough for the client's start span (the user's SDK records it)
+    from opentelemetry import trace as otel_trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+except ImportError:  # pragma: no cover - exercised where the extra is not installed
+    otel_trace = None  # type: ignore[assignment]
+    TraceContextTextMapPropagator = None  # type: ignore[assignment,misc]
+
+#: The instrumentation scope of every span the engine makes.
+SCOPE = "turnstile"
+
+_EXPORTERS = ("otlp", "console", "none")
+
+
+def installed() -> bool:
+    """Whether the OpenTelemetry SDK (the ``tracing`` extra) can be imported."""
+    try:
+        import opentelemetry.sdk.trace  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def wanted(environ: Mapping[str, str]) -> list[str]:
+    """The exporters the OTEL_* variables ask for ([] = tracing off)."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return []
+    names = [n.strip().lower() for n in environ.get("OTEL_TRACES_EXPORTER", "").split(",")]
+    names = [n for n in names if n]
+    if not names and (
+        environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    ):
+        names = ["otlp"]
+    unknown = [n for n in names if n not in _EXPORTERS]
+    if unknown:
+        raise ConfigurationError(
+            f"OTEL_TRACES_EXPORTER names {', '.join(unknown)}; Turnstile exports traces "
+            f"with {', '.join(_EXPORTERS)} (set it to one of those, or unset it)"
+        )
+    return [n for n in names if n != "none"]
+
+
+@dataclass
+class Tracing:
+    """What a process configured: the SDK provider, its span processor, and the hook the
+    processor and the worker report to."""
+
+    provider: Any
+    processor: Any
+    hook: OtelTraceHook
+
+    def shutdown(self) -> None:
+        """Flush what is buffered and stop exporting (at the end of the process)."""
+        self.provider.shutdown()
+
+
+def tracing_from_env(environ: Mapping[str, str] | None = None) -> Tracing | None:
+    """Tracing as the OTEL_* variables configure it, installed as the process's global
+    tracer provider (so the client's start spans go to the same place); None when they
+    ask for none. Asked for without the extra installed: a warning, and no tracing."""
+    env = os.environ if environ is None else environ
+    names = wanted(env)
+    if not names:
+        return None
+    if not installed():
+        log.warning(
+            "OTEL_* variables ask for traces, but OpenTelemetry is not installed: "
+            "pip install 'turnstile-engine[tracing]' (running without traces)"
+        )
+        return None
+    exporters = [_exporter(name) for name in names]
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    processors = [BatchSpanProcessor(e) for e in exporters]
+    tracing = tracing_with(processors[0], extra=processors[1:])
+    assert otel_trace is not None
+    otel_trace.set_tracer_provider(tracing.provider)
+    log.info("exporting traces with %s", ", ".join(names))
+    return tracing
+
+
+def _exporter(name: str) -> Any:
+    if name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter()
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError as exc:
+        raise ConfigurationError(
+            "OTEL_TRACES_EXPORTER=otlp needs the OTLP exporter: "
+            "pip install 'turnstile-engine[tracing]'"
+        ) from exc
+    return OTLPSpanExporter()
+
+
+def tracing_with(processor: Any, *, extra: list[Any] | None = None) -> Tracing:
+    """Tracing through a given SDK span processor (``SimpleSpanProcessor`` around the
+    SDK's ``InMemorySpanExporter`` in tests; a batch processor in production)."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+
+    resource = Resource.create({"service.name": "turnstile"} | _service_name())
+    provider = TracerProvider(resource=resource)
+    for each in [processor, *(extra or [])]:
+        provider.add_span_processor(each)
+    return Tracing(provider, processor, OtelTraceHook(provider, [processor, *(extra or [])]))
+
+
+def _service_name() -> dict[str, str]:
+    name = os.environ.get("OTEL_SERVICE_NAME")
+    return {"service.name": name} if name else {}
+
+
+class OtelTraceHook:
+    """The services' :class:`~engine.services.tracing.TraceHook`, exporting through an
+    OpenTelemetry SDK span processor."""
+
+    enabled = True
+
+    def __init__(self, provider: Any, processors: list[Any]) -> None:
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+        self._resource = provider.resource
+        self._processors = processors
+        self._scope = InstrumentationScope(SCOPE, __version__)
+
+    def new_id(self, nbytes: int) -> str:
+        return secrets.token_hex(nbytes)
+
+    def now_ns(self) -> int:
+        return time.time_ns()
+
+    def export(self, spans: list[SpanRecord]) -> None:
+        for record in spans:
+            span = self._readable(record)
+            for processor in self._processors:
+                processor.on_end(span)
+
+    def _readable(self, record: SpanRecord) -> Any:
+        from opentelemetry.sdk.trace import ReadableSpan
+        from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+        from opentelemetry.trace.status import Status, StatusCode
+
+        def context(span_id: str) -> SpanContext:
+            return SpanContext(
+                int(record.trace_id, 16),
+                int(span_id, 16),
+                is_remote=False,
+                trace_flags=TraceFlags(TraceFlags.SAMPLED),
+            )
+
+        parent = None if record.parent_span_id is None else context(record.parent_span_id)
+        status = Status(StatusCode.ERROR, record.error) if record.error else Status()
+        attributes = dict(record.attributes)
+        if record.error:
+            attributes["turnstile.failure.type"] = record.error
+        return ReadableSpan(
+            record.name,
+            context(record.span_id),
+            parent,
+            resource=self._resource,
+            attributes=attributes,
+            kind=SpanKind.CONSUMER if record.name.startswith("activity") else SpanKind.INTERNAL,
+            status=status,
+            start_time=record.start_ns,
+            end_time=max(record.end_ns, record.start_ns),
+            instrumentation_scope=self._scope,
+        )
+
+
+# --- the client -------------------------------------------------------------------------------
+
+
+def current_headers() -> list[tuple[str, str | bytes | None]]:
+    """The caller's current span as a ``traceparent`` header ([] when there is none, or
+    OpenTelemetry is not installed): what a command record carries."""
+    if otel_trace is None:
+        return []
+    context = otel_trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return []
+    carrier: dict[str, str] = {}
+    assert TraceContextTextMapPropagator is not None
+    TraceContextTextMapPropagator().inject(carrier)
+    value = carrier.get(TRACEPARENT)
+    return [(TRACEPARENT, value.encode())] if value and parse_traceparent(value) else []
+
+
+@contextmanager
+def client_span(name: str, workflow: str) -> Iterator[Any]:
+    """A PRODUCER span around a client's start (through the global tracer provider: the
+    process's own when it set one up, a no-op otherwise); yields the span (None when
+    OpenTelemetry is not installed) so the caller can add the instance id."""
+    if otel_trace is None:
+        yield None
+        return
+    tracer = otel_trace.get_tracer(SCOPE, __version__)
+    with tracer.start_as_current_span(
+        f"{name} {workflow}",
+        kind=otel_trace.SpanKind.PRODUCER,
+        attributes={"turnstile.workflow.name": workflow},
+    ) as span:
+        yield span
+
+
+__all__ = [
+    "SCOPE",
+    "OtelTraceHook",
+    "Tracing",
+    "client_span",
+    "current_headers",
+    "installed",
+    "tracing_from_env",
+    "tracing_with",
+    "wanted",
+]
