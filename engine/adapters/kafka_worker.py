@@ -32,6 +32,7 @@ from engine.adapters.kafka_io import (
     resume_partitions,
 )
 from engine.adapters.metrics import WorkerMetrics
+from engine.adapters.tracing import trace_header
 from engine.config.settings import Settings
 from engine.config.topics import topic_names
 from engine.core.errors import BrokerError
@@ -218,6 +219,7 @@ class KafkaWorker:
             message.key(),
             message.value(),
             max(int(timestamp), 0),
+            headers=trace_header(message.headers()) if self.worker.tracing.enabled else (),
         )
 
     def _log_consumer_error(self, error: KafkaError) -> None:

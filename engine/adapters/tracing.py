@@ -207,6 +207,15 @@ class OtelTraceHook:
         )
 
 
+def trace_header(headers: Any) -> tuple[tuple[str, bytes], ...]:
+    """Only the ``traceparent`` header of a consumed record's headers (confluent-kafka's
+    list of pairs, or None): all the worker needs of them."""
+    for name, value in headers or ():
+        if name == TRACEPARENT and isinstance(value, bytes):
+            return ((TRACEPARENT, value),)
+    return ()
+
+
 # --- the client -------------------------------------------------------------------------------
 
 
@@ -249,6 +258,7 @@ __all__ = [
     "client_span",
     "current_headers",
     "installed",
+    "trace_header",
     "tracing_from_env",
     "tracing_with",
     "wanted",
