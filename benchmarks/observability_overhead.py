@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -71,7 +72,8 @@ def run_replica(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         replica_id=f"bench-{args.replica}",
     )
-    metrics, hook, exporter = _observers(args.replica)
+    metrics, tracing, exporter = _observers(args.replica)
+    hook = tracing.hook if tracing is not None else None
     runner = ProcessorRunner(settings, default_registry, metrics=metrics, tracing=hook)
     if metrics is not None:
         metrics.watch(runner)
@@ -79,6 +81,7 @@ def run_replica(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     runner.run(stop)
     if exporter is not None:
+        tracing.shutdown()  # flushes the batch processor
         progress(f"replica {args.replica}: {len(exporter.get_finished_spans())} spans exported")
     return 0
 
@@ -100,7 +103,7 @@ def _observers(variant: str) -> tuple[Any, Any, Any]:
 
     exporter = InMemorySpanExporter()
     tracing = tracing_with(BatchSpanProcessor(exporter))
-    return metrics, tracing.hook, exporter
+    return metrics, tracing, exporter
 
 
 # --- the driver ------------------------------------------------------------------------------
@@ -184,6 +187,7 @@ def measure(args: argparse.Namespace, bootstrap: str) -> dict[str, list[dict[str
                 emit({"benchmark": "observability_overhead", "variant": variant,
                       "round": round_, **record})  # fmt: skip
                 runs[variant].append(record)
+    shutil.rmtree(work, ignore_errors=True)
     return runs
 
 
