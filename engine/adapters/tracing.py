@@ -177,15 +177,17 @@ class OtelTraceHook:
 
     def _readable(self, record: SpanRecord) -> Any:
         from opentelemetry.sdk.trace import ReadableSpan
-        from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+        from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
         from opentelemetry.trace.status import Status, StatusCode
+
+        flags = TraceFlags(TraceFlags.SAMPLED)
 
         def context(span_id: str) -> SpanContext:
             return SpanContext(
                 int(record.trace_id, 16),
                 int(span_id, 16),
                 is_remote=False,
-                trace_flags=TraceFlags(TraceFlags.SAMPLED),
+                trace_flags=flags,
             )
 
         parent = None if record.parent_span_id is None else context(record.parent_span_id)
@@ -193,12 +195,17 @@ class OtelTraceHook:
         attributes = dict(record.attributes)
         if record.error:
             attributes["turnstile.failure.type"] = record.error
+        links = [
+            Link(SpanContext(int(t, 16), int(s, 16), is_remote=True, trace_flags=flags))
+            for t, s in record.links
+        ]
         return ReadableSpan(
             record.name,
             context(record.span_id),
             parent,
             resource=self._resource,
             attributes=attributes,
+            links=links,
             kind=SpanKind.CONSUMER if record.name.startswith("activity") else SpanKind.INTERNAL,
             status=status,
             start_time=record.start_ns,

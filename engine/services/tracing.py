@@ -32,6 +32,9 @@ class SpanRecord:
     attributes: dict[str, AttributeValue]
     #: The failure type when the span ended in error ('' for success).
     error: str = ""
+    #: Spans this one follows from, as (trace id, span id): the attempts, children and
+    #: callers whose records fed a turn.
+    links: tuple[tuple[str, str], ...] = ()
 
 
 class TraceHook(Protocol):

@@ -140,6 +140,9 @@ def test_client_start_turns_attempts_and_child_are_one_trace(
     assert _parent(runs["trace.child"]) in turn_ids  # through the child's start record
     attempts = _named(spans, "activity trace.double")
     assert len(attempts) == 2 and all(_parent(a) in turn_ids for a in attempts)
+    # the results came back with the attempts' context: the turns applying them link to them
+    linked = {link.context.span_id for t in turns for link in t.links}
+    assert {_id(a) for a in attempts} <= linked
     assert len({_id(s) for s in spans}) == len(spans)
     # the command carried the client's context and the start event recorded it
     assert start.context is not None

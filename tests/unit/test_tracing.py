@@ -165,6 +165,11 @@ def test_turns_attempts_and_the_child_share_one_trace(
     assert len(attempts) == 2
     assert all(_parent(a) in turn_ids for a in attempts)
     assert {a.attributes["turnstile.activity.outcome"] for a in attempts} == {"success"}
+    # the turns that applied the results link to the attempts and to the child's last turn
+    linked = {link.context.span_id for t in turns for link in t.links}
+    assert {_id(a) for a in attempts} <= linked
+    child_turns = {_id(t) for t in turns if t.attributes["turnstile.workflow.name"] == "t.child"}
+    assert child_turns & linked
     # bounded attributes: names, ids and counts, never a payload
     for span in spans:
         for value in (span.attributes or {}).values():

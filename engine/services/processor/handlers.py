@@ -210,6 +210,7 @@ def on_raise(b: Batch, msg: RaiseEvent, now_ms: int) -> None:
         _reject(b, msg, f"instance is {meta.status.value}")
     else:
         item.inbox.append(Inbound(EventRaised(msg.name, msg.input)))
+        spans.note_link(b, item)
 
 
 def _keep_pending(b: Batch, meta: InstanceRow, msg: RaiseEvent, now: int) -> None:
@@ -240,6 +241,7 @@ def _deliver(b: Batch, msg: Message, inbound: Inbound) -> None:
     status = item.meta.status
     if status in (RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED):
         item.inbox.append(inbound)
+        spans.note_link(b, item)
     else:
         _reject(b, msg, f"instance is {status.value if status else 'unknown'}")
 

@@ -61,7 +61,7 @@ def step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
     try:
         _step_instance(b, item, now_ms)
     finally:
-        b.headers = ()
+        spans.turn_ends(b, item)
 
 
 def _step_instance(b: Batch, item: Loaded, now_ms: int) -> None:

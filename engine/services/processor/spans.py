@@ -52,6 +52,28 @@ def start_traceparent(b: Batch, instance_id: str, generation: int) -> str:
     return root_traceparent(hook.new_id(16), instance_id, generation)
 
 
+def note_link(b: Batch, item: Loaded) -> None:
+    """The record being handled feeds the instance's next turn: with tracing on, that
+    turn's span links to the span the record names (an attempt, a child's last turn, the
+    caller of a raise)."""
+    if not b.env.tracing.enabled or b.current is None:
+        return
+    context = from_headers(b.current.headers)
+    if context is not None and len(item.trace_links) < MAX_LINKS:
+        item.trace_links.append((context.trace_id, context.span_id))
+
+
+#: Links one turn span keeps at most (a turn fed by a large batch of results stays small).
+MAX_LINKS = 32
+
+
+def turn_ends(b: Batch, item: Loaded) -> None:
+    """After the turn: what is sent from here on carries no turn's context."""
+    b.headers = ()
+    if item.trace_links:
+        item.trace_links = []
+
+
 def turn_begins(b: Batch, item: Loaded) -> None:
     """Note the turn's start (before a cold replay, which is part of the turn)."""
     b.headers = ()
@@ -99,6 +121,7 @@ def turn_recorded(b: Batch, item: Loaded, events: list[HistoryEvent]) -> None:
             began_ns,
             now_ns,
             attributes,
+            links=tuple(item.trace_links),
         )
     )
     b.headers = (turn.header,)
@@ -173,4 +196,12 @@ def committed(b: Batch) -> None:
         b.spans = []
 
 
-__all__ = ["committed", "start_traceparent", "stepping", "turn_begins", "turn_recorded"]
+__all__ = [
+    "committed",
+    "note_link",
+    "start_traceparent",
+    "stepping",
+    "turn_begins",
+    "turn_ends",
+    "turn_recorded",
+]

@@ -140,6 +140,9 @@ class Loaded:
     inbox: list[Inbound] = field(default_factory=list)
     #: A parked instance's retry runs in this batch (set by ``parking``, never stored).
     retrying: bool = False
+    #: Trace contexts (trace id, span id) of the records that fed the coming turn, with
+    #: tracing on: its span links to them (``spans``; never stored).
+    trace_links: list[tuple[str, str]] = field(default_factory=list)
 
 
 class InstanceCache:
