@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from engine import Registry, RetryPolicy, WorkflowContext
+from engine.adapters import tracing as tracing_module
 from engine.adapters.tracing import tracing_with, wanted
 from engine.codec import encode_message, instance_key
 from engine.core.errors import ConfigurationError
@@ -258,3 +259,27 @@ def test_without_tracing_nothing_is_recorded_or_sent() -> None:
         assert isinstance(started, ExecutionStarted) and started.traceparent == ""
         for topic in (engine.topics.activity_tasks, engine.topics.instance_messages):
             assert all(not r.headers for r in engine.records(topic))
+
+
+def test_asked_for_without_the_extra_warns_and_runs_untraced(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(tracing_module, "installed", lambda: False)
+    assert tracing_module.tracing_from_env({"OTEL_TRACES_EXPORTER": "console"}) is None
+    assert "turnstile-engine[tracing]" in caplog.text
+    assert tracing_module.tracing_from_env({}) is None  # nothing asked: nothing said
+    assert tracing_module.current_headers() == []  # no current span: no header
+
+
+def test_the_variables_build_the_exporters_they_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    installed: list[object] = []
+    monkeypatch.setattr(tracing_module.otel_trace, "set_tracer_provider", installed.append)
+    tracing = tracing_module.tracing_from_env(
+        {
+            "OTEL_TRACES_EXPORTER": "console,otlp",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+        }
+    )
+    assert tracing is not None and installed == [tracing.provider]
+    assert tracing.hook.enabled
+    tracing.provider.shutdown()
