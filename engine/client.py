@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
 from engine.adapters.kafka_client import KafkaCommandSink, KafkaStatusReader
-from engine.adapters.tracing import client_span
+from engine.adapters.tracing import traced_start
 from engine.config.settings import Settings, load_settings
 from engine.config.topics import topic_names
 from engine.core.errors import InstanceFailedError, WaitTimeoutError
@@ -131,6 +131,7 @@ class Client:
 
     # --- commands ---------------------------------------------------------------------------
 
+    @traced_start
     def start(
         self,
         workflow: str | Callable[..., Any],
@@ -151,21 +152,17 @@ class Client:
         may be a JSON value, a dataclass or a pydantic model. With ``flush=False`` the
         command is only queued: call :meth:`flush` after a batch.
         """
-        name = self._service.registry.workflow_name(workflow)
-        with client_span("start", name) as span:  # its context rides on the command
-            started = self._service.start(
-                workflow,
-                input,
-                instance_id=instance_id,
-                reuse_policy=reuse_policy,
-                request_id=request_id,
-                start_at=start_at,
-                tags=tags,
-                version=version,
-                flush=flush,
-            )
-            if span is not None:
-                span.set_attribute("turnstile.instance.id", str(started))
+        started = self._service.start(
+            workflow,
+            input,
+            instance_id=instance_id,
+            reuse_policy=reuse_policy,
+            request_id=request_id,
+            start_at=start_at,
+            tags=tags,
+            version=version,
+            flush=flush,
+        )
         result = None if isinstance(workflow, str) else return_type(workflow)
         return WorkflowHandle(started, self, result)
 

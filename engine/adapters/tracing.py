@@ -20,18 +20,20 @@ which is what a span the SDK itself ended looks like to an exporter.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from engine import __version__
 from engine.core.errors import ConfigurationError
 from engine.core.tracecontext import TRACEPARENT, parse_traceparent
+from engine.runtime.registry import default_registry
 from engine.services.tracing import SpanRecord
 
 log = logging.getLogger("engine.tracing")
@@ -42,6 +44,8 @@ try:  # the API alone is enough for the client's start span (the user's SDK reco
 except ImportError:  # pragma: no cover - exercised where the extra is not installed
     otel_trace = None  # type: ignore[assignment]
     TraceContextTextMapPropagator = None  # type: ignore[assignment,misc]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: The instrumentation scope of every span the engine makes.
 SCOPE = "turnstile"
@@ -258,6 +262,26 @@ def client_span(name: str, workflow: str) -> Iterator[Any]:
         yield span
 
 
+def traced_start(start: F) -> F:
+    """Wrap a client's ``start(workflow, input, **options)`` in its start span; the
+    command's ``traceparent`` header (:func:`current_headers`) is that span."""
+
+    @functools.wraps(start)
+    def wrapper(client: Any, workflow: Any, *args: Any, **options: Any) -> Any:
+        with client_span("start", _workflow_name(workflow)) as span:
+            handle = start(client, workflow, *args, **options)
+            if span is not None:
+                span.set_attribute("turnstile.instance.id", str(handle))
+        return handle
+
+    return cast(F, wrapper)
+
+
+def _workflow_name(workflow: Any) -> str:
+    """A start's workflow as its registered name (the span's name; never a payload)."""
+    return default_registry.workflow_name(workflow)
+
+
 __all__ = [
     "SCOPE",
     "OtelTraceHook",
@@ -266,6 +290,7 @@ __all__ = [
     "current_headers",
     "installed",
     "trace_header",
+    "traced_start",
     "tracing_from_env",
     "tracing_with",
     "wanted",
