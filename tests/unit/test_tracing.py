@@ -283,3 +283,19 @@ def test_the_variables_build_the_exporters_they_name(monkeypatch: pytest.MonkeyP
     assert tracing is not None and installed == [tracing.provider]
     assert tracing.hook.enabled
     tracing.provider.shutdown()
+
+
+def test_the_cli_refuses_an_unknown_exporter_in_one_sentence(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from engine.cli.main import main
+    from engine.cli.traces import process_tracing
+
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
+    process_tracing.cache_clear()
+    try:
+        assert main(["dev", "kafka", "status"]) != 0
+    finally:
+        process_tracing.cache_clear()
+    err = capsys.readouterr().err
+    assert "error: OTEL_TRACES_EXPORTER names zipkin" in err and "unset it" in err
