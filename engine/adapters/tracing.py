@@ -161,11 +161,20 @@ class OtelTraceHook:
     enabled = True
 
     def __init__(self, provider: Any, processors: list[Any]) -> None:
+        from opentelemetry.sdk.trace import ReadableSpan
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+        from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
+        from opentelemetry.trace.status import Status, StatusCode
 
         self._resource = provider.resource
         self._processors = processors
         self._scope = InstrumentationScope(SCOPE, __version__)
+        # the SDK's types, looked up once: export runs on the processor's loop
+        self._span, self._context, self._link = ReadableSpan, SpanContext, Link
+        self._status, self._error_code = Status, StatusCode.ERROR
+        self._ok = Status()
+        self._flags = TraceFlags(TraceFlags.SAMPLED)
+        self._internal, self._consumer = SpanKind.INTERNAL, SpanKind.CONSUMER
 
     def new_id(self, nbytes: int) -> str:
         return secrets.token_hex(nbytes)
@@ -180,37 +189,24 @@ class OtelTraceHook:
                 processor.on_end(span)
 
     def _readable(self, record: SpanRecord) -> Any:
-        from opentelemetry.sdk.trace import ReadableSpan
-        from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
-        from opentelemetry.trace.status import Status, StatusCode
-
-        flags = TraceFlags(TraceFlags.SAMPLED)
-
-        def context(span_id: str) -> SpanContext:
-            return SpanContext(
-                int(record.trace_id, 16),
-                int(span_id, 16),
-                is_remote=False,
-                trace_flags=flags,
-            )
-
-        parent = None if record.parent_span_id is None else context(record.parent_span_id)
-        status = Status(StatusCode.ERROR, record.error) if record.error else Status()
+        trace_id = int(record.trace_id, 16)
+        context, flags = self._context, self._flags
+        parent_id = record.parent_span_id
+        parent = None if parent_id is None else context(trace_id, int(parent_id, 16), False, flags)
         attributes = dict(record.attributes)
+        status = self._ok
         if record.error:
+            status = self._status(self._error_code, record.error)
             attributes["turnstile.failure.type"] = record.error
-        links = [
-            Link(SpanContext(int(t, 16), int(s, 16), is_remote=True, trace_flags=flags))
-            for t, s in record.links
-        ]
-        return ReadableSpan(
+        links = [self._link(context(int(t, 16), int(s, 16), True, flags)) for t, s in record.links]
+        return self._span(
             record.name,
-            context(record.span_id),
+            context(trace_id, int(record.span_id, 16), False, flags),
             parent,
             resource=self._resource,
             attributes=attributes,
             links=links,
-            kind=SpanKind.CONSUMER if record.name.startswith("activity") else SpanKind.INTERNAL,
+            kind=self._consumer if record.name.startswith("activity") else self._internal,
             status=status,
             start_time=record.start_ns,
             end_time=max(record.end_ns, record.start_ns),
