@@ -193,11 +193,11 @@ class OtelTraceHook:
         context, flags = self._context, self._flags
         parent_id = record.parent_span_id
         parent = None if parent_id is None else context(trace_id, int(parent_id, 16), False, flags)
-        attributes = dict(record.attributes)
+        attributes = record.attributes
         status = self._ok
         if record.error:
             status = self._status(self._error_code, record.error)
-            attributes["turnstile.failure.type"] = record.error
+            attributes = {**attributes, "turnstile.failure.type": record.error}
         links = [self._link(context(int(t, 16), int(s, 16), True, flags)) for t, s in record.links]
         return self._span(
             record.name,

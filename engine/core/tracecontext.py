@@ -15,17 +15,21 @@ span id as its ``traceparent`` (the run is then the root of its trace).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import re
+from typing import NamedTuple
 
 #: The record header that carries a ``traceparent`` (as in W3C trace context over HTTP).
 TRACEPARENT = "traceparent"
 
-_HEX = frozenset("0123456789abcdef")
+#: version-trace id-span id-flags (lower-case hex; a later version may add fields after).
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(?:-.*)?")
+_ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
 
 
-@dataclass(frozen=True, slots=True)
-class SpanContext:
-    """One span's identity: ``trace_id`` (32 hex), ``span_id`` (16 hex), sampled flag."""
+class SpanContext(NamedTuple):
+    """One span's identity: ``trace_id`` (32 hex), ``span_id`` (16 hex), sampled flag.
+
+    Tuples, not dataclasses, because the processor makes a few per turn."""
 
     trace_id: str
     span_id: str
@@ -44,14 +48,14 @@ class SpanContext:
 def parse_traceparent(text: str) -> SpanContext | None:
     """The context in a ``traceparent`` value; None when it is absent or malformed (a bad
     header from a foreign producer is ignored, never an error: tracing is best effort)."""
-    parts = text.strip().split("-")
-    if len(parts) < 4 or len(parts[0]) != 2 or parts[0] == "ff":
+    match = _TRACEPARENT.fullmatch(text.strip())
+    if match is None:
         return None
-    trace_id, span_id, flags = parts[1], parts[2], parts[3][:2]
-    if not (_is_hex(trace_id, 32) and _is_hex(span_id, 16) and _is_hex(flags, 2)):
+    version, trace_id, span_id, flags = match.group(1, 2, 3, 4)
+    if version == "ff" or trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
         return None
-    if trace_id == "0" * 32 or span_id == "0" * 16:
-        return None
+    if version == "00" and match.end(4) != len(text.strip()):
+        return None  # version 00 has exactly four fields
     return SpanContext(trace_id, span_id, bool(int(flags, 16) & 1))
 
 
@@ -74,8 +78,7 @@ def run_span_id(trace_id: str, instance_id: str, generation: int) -> str:
     return span_id if span_id != "0" * 16 else "1" * 16
 
 
-@dataclass(frozen=True, slots=True)
-class RunContext:
+class RunContext(NamedTuple):
     """Where one run sits in its trace: its own span, and the span it is a child of
     (None: the run is the trace's root)."""
 
@@ -96,10 +99,6 @@ def run_context(traceparent: str, instance_id: str, generation: int) -> RunConte
 def root_traceparent(trace_id: str, instance_id: str, generation: int) -> str:
     """What a start without trace context records: a new trace whose root is the run."""
     return SpanContext(trace_id, run_span_id(trace_id, instance_id, generation)).traceparent
-
-
-def _is_hex(text: str, length: int) -> bool:
-    return len(text) == length and set(text) <= _HEX
 
 
 __all__ = [

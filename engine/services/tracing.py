@@ -8,20 +8,19 @@ tracing the hook is :class:`NoTracing` and costs one attribute read per turn or 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 #: A span attribute's value: names, ids and counts only (bounded, never a payload).
 AttributeValue = str | int | bool
 
 
-@dataclass(frozen=True, slots=True)
-class SpanRecord:
+class SpanRecord(NamedTuple):
     """A finished span: a run, a turn or an activity attempt, with W3C ids as hex.
 
     The processor's state machine collects them and the hook exports them once the
     batch that decided them has committed (a batch that is dropped and redone never
-    emits its spans twice); the worker exports an attempt's span when it ends."""
+    emits its spans twice); the worker exports an attempt's span when it ends. A tuple,
+    because the processor makes two per short run."""
 
     name: str
     trace_id: str

@@ -125,13 +125,22 @@ def turn_recorded(b: Batch, item: Loaded, events: list[HistoryEvent]) -> None:
         )
     )
     b.headers = (turn.header,)
+    generation = events[0].generation
     for event in events:
-        _maybe_end_run(b, item, events, event, now_ns)
+        if type(event.body) in _RUN_ENDS:
+            known = run if event.generation == generation else None
+            _end_run(b, item, events, event, now_ns, known)
 
 
-def _maybe_end_run(
-    b: Batch, item: Loaded, events: list[HistoryEvent], event: HistoryEvent, now_ns: int
+def _end_run(
+    b: Batch,
+    item: Loaded,
+    events: list[HistoryEvent],
+    event: HistoryEvent,
+    now_ns: int,
+    run: RunContext | None,
 ) -> None:
+    """The span of the run (generation) that ``event`` ended."""
     body = event.body
     if isinstance(body, ExecutionCompleted):
         status, error = body.status, body.failure.type if body.failure is not None else ""
@@ -139,7 +148,7 @@ def _maybe_end_run(
         status, error = RuntimeStatus.CONTINUED_AS_NEW, ""
     else:
         return
-    run = _run_of(item, events, event.generation)
+    run = run or _run_of(item, events, event.generation)
     if run is None:
         return
     meta = item.meta
@@ -167,6 +176,10 @@ def _maybe_end_run(
             error,
         )
     )
+
+
+#: The history events that end a run (one generation).
+_RUN_ENDS = (ExecutionCompleted, ContinuedAsNew)
 
 
 def _run_of(item: Loaded, events: list[HistoryEvent], generation: int) -> RunContext | None:
