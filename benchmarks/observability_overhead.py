@@ -193,7 +193,10 @@ def measure(args: argparse.Namespace, bootstrap: str) -> dict[str, list[dict[str
 
 def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
     med = {
-        v: {k: median(r[k] for r in rs) for k in ("workflows_per_s", "processor_cpu_ms_per_wf")}
+        v: {
+            k: round(median(r[k] for r in rs), 3)
+            for k in ("workflows_per_s", "processor_cpu_ms_per_wf")
+        }
         for v, rs in runs.items()
     }
     base = med["none"]

@@ -136,14 +136,15 @@ def _exporter(name: str) -> Any:
     return OTLPSpanExporter()
 
 
-def tracing_with(processor: Any, *, extra: list[Any] | None = None) -> Tracing:
+def tracing_with(processor: Any, *, extra: list[Any] | None = None, sampler: Any = None) -> Tracing:
     """Tracing through a given SDK span processor (``SimpleSpanProcessor`` around the
-    SDK's ``InMemorySpanExporter`` in tests; a batch processor in production)."""
+    SDK's ``InMemorySpanExporter`` in tests; a batch processor in production); the
+    sampler defaults to the SDK's (``OTEL_TRACES_SAMPLER``)."""
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
 
     resource = Resource.create({"service.name": "turnstile"} | _service_name())
-    provider = TracerProvider(resource=resource)
+    provider = TracerProvider(resource=resource, sampler=sampler)
     for each in [processor, *(extra or [])]:
         provider.add_span_processor(each)
     return Tracing(provider, processor, OtelTraceHook(provider, [processor, *(extra or [])]))
@@ -167,6 +168,7 @@ class OtelTraceHook:
         from opentelemetry.trace.status import Status, StatusCode
 
         self._resource = provider.resource
+        self._sampler = provider.sampler  # OTEL_TRACES_SAMPLER, parent-based always-on by default
         self._processors = processors
         self._scope = InstrumentationScope(SCOPE, __version__)
         # the SDK's types, looked up once: export runs on the processor's loop
@@ -181,6 +183,10 @@ class OtelTraceHook:
 
     def now_ns(self) -> int:
         return time.time_ns()
+
+    def sampled(self, trace_id: str) -> bool:
+        result = self._sampler.should_sample(None, int(trace_id, 16), "run")
+        return bool(result.decision.is_sampled())
 
     def export(self, spans: list[SpanRecord]) -> None:
         for record in spans:

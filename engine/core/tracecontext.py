@@ -96,9 +96,13 @@ def run_context(traceparent: str, instance_id: str, generation: int) -> RunConte
     return RunContext(SpanContext(recorded.trace_id, own, recorded.sampled), parent)
 
 
-def root_traceparent(trace_id: str, instance_id: str, generation: int) -> str:
-    """What a start without trace context records: a new trace whose root is the run."""
-    return SpanContext(trace_id, run_span_id(trace_id, instance_id, generation)).traceparent
+def root_traceparent(
+    trace_id: str, instance_id: str, generation: int, *, sampled: bool = True
+) -> str:
+    """What a start without trace context records: a new trace whose root is the run
+    (not sampled: the run and its turns emit no span)."""
+    span_id = run_span_id(trace_id, instance_id, generation)
+    return SpanContext(trace_id, span_id, sampled).traceparent
 
 
 __all__ = [

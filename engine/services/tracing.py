@@ -52,6 +52,11 @@ class TraceHook(Protocol):
         """Wall-clock nanoseconds since the epoch (span times)."""
         ...
 
+    def sampled(self, trace_id: str) -> bool:
+        """Whether a new trace the engine starts (a run started without context) is
+        recorded (``OTEL_TRACES_SAMPLER``; traces that came with context keep their flag)."""
+        ...
+
     def export(self, spans: list[SpanRecord]) -> None:
         """Finished spans (a committed batch's, or one attempt's)."""
         ...
@@ -67,6 +72,9 @@ class NoTracing:
 
     def now_ns(self) -> int:
         return 0
+
+    def sampled(self, trace_id: str) -> bool:
+        return False
 
     def export(self, spans: list[SpanRecord]) -> None:
         return None

@@ -299,3 +299,22 @@ def test_the_cli_refuses_an_unknown_exporter_in_one_sentence(
         process_tracing.cache_clear()
     err = capsys.readouterr().err
     assert "error: OTEL_TRACES_EXPORTER names zipkin" in err and "unset it" in err
+
+
+def test_the_sampler_decides_for_runs_started_without_context(
+    exporter: InMemorySpanExporter,
+) -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    tracing = tracing_with(SimpleSpanProcessor(exporter), sampler=ALWAYS_OFF)
+    with TestEngine(app, tracing=tracing.hook) as engine:
+        run = engine.start(parent, 1)
+        assert engine.wait_for_completion(run).output == 4
+        started = engine.history(run)[1].body
+        assert isinstance(started, ExecutionStarted)
+        context = parse_traceparent(started.traceparent)
+        assert context is not None and not context.sampled  # recorded, flagged unsampled
+        for topic in (engine.topics.activity_tasks, engine.topics.instance_messages):
+            assert all(not r.headers for r in engine.records(topic))
+    assert exporter.get_finished_spans() == ()
+    tracing.shutdown()

@@ -49,7 +49,8 @@ def start_traceparent(b: Batch, instance_id: str, generation: int) -> str:
     hook = b.env.tracing
     if not hook.enabled:
         return ""
-    return root_traceparent(hook.new_id(16), instance_id, generation)
+    trace_id = hook.new_id(16)
+    return root_traceparent(trace_id, instance_id, generation, sampled=hook.sampled(trace_id))
 
 
 def note_link(b: Batch, item: Loaded) -> None:
