@@ -143,16 +143,13 @@ def tracing_with(processor: Any, *, extra: list[Any] | None = None, sampler: Any
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
 
-    resource = Resource.create({"service.name": "turnstile"} | _service_name())
+    resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": "turnstile"}))
     provider = TracerProvider(resource=resource, sampler=sampler)
     for each in [processor, *(extra or [])]:
         provider.add_span_processor(each)
     return Tracing(provider, processor, OtelTraceHook(provider, [processor, *(extra or [])]))
-
-
-def _service_name() -> dict[str, str]:
-    name = os.environ.get("OTEL_SERVICE_NAME")
-    return {"service.name": name} if name else {}
 
 
 class OtelTraceHook:
