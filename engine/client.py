@@ -30,6 +30,7 @@ from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
 from engine.adapters.kafka_client import KafkaCommandSink, KafkaOutcomeReader, KafkaStatusReader
+from engine.adapters.tracing import traced_start
 from engine.config.settings import Settings, load_settings
 from engine.config.topics import topic_names
 from engine.core.errors import InstanceFailedError, WaitTimeoutError
@@ -156,6 +157,7 @@ class Client:
 
     # --- commands ---------------------------------------------------------------------------
 
+    @traced_start
     def start(
         self,
         workflow: str | Callable[..., Any],

@@ -31,6 +31,7 @@ from confluent_kafka import (
 from engine.adapters.kafka_config import consumer_config, producer_config
 from engine.adapters.kafka_io import log_end_offsets, poll_batch
 from engine.adapters.kafka_logs import unreachable_message, watch_of
+from engine.adapters.tracing import current_headers
 from engine.core.errors import BrokerError, BrokerUnreachableError
 from engine.services.client import StatusView
 from engine.services.outcomes import OutcomeWaiters
@@ -112,7 +113,13 @@ class KafkaCommandSink:
     def send(self, key: bytes, value: bytes) -> None:
         while True:
             try:
-                self._producer.produce(self.topic, value, key, on_delivery=self._on_delivery)
+                self._producer.produce(
+                    self.topic,
+                    value,
+                    key,
+                    on_delivery=self._on_delivery,
+                    headers=current_headers() or None,  # the caller's trace context
+                )
                 break
             except BufferError:
                 self._producer.poll(_BUFFER_FULL_POLL_S)

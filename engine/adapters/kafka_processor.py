@@ -69,6 +69,7 @@ from engine.services.processor.protocol import (
 )
 from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
 from engine.services.records import RawRecord
+from engine.services.tracing import NoTracing, TraceHook
 from engine.services.watchdog import TurnWatchdog
 
 log = logging.getLogger("engine.processor")
@@ -131,6 +132,7 @@ class ProcessorRunner:
         clock: Clock | None = None,
         metrics: BatchMetrics | None = None,
         count_statuses: bool = False,
+        tracing: TraceHook | None = None,
     ) -> None:
         """``count_statuses``: keep each owned partition's instances per status
         (``PartitionProcessor.statuses``), at the cost of one scan of its instance rows when
@@ -151,6 +153,7 @@ class ProcessorRunner:
             limits=settings.limits,
             watchdog=TurnWatchdog(settings.turn_budget_ms),
             turn_max_events=settings.turn_max_events,
+            tracing=tracing or NoTracing(),
         )
         self.partitions: dict[int, PartitionProcessor] = {}
         self.progress = Progress()

@@ -32,10 +32,12 @@ from engine.adapters.kafka_io import (
     resume_partitions,
 )
 from engine.adapters.metrics import WorkerMetrics
+from engine.adapters.tracing import trace_header
 from engine.config.settings import Settings
 from engine.config.topics import topic_names
 from engine.core.errors import BrokerError
 from engine.runtime.registry import Registry
+from engine.services.tracing import TraceHook
 from engine.services.worker import (
     CommitPolicy,
     FlowAction,
@@ -78,6 +80,7 @@ class KafkaWorker:
         shutdown_timeout_s: float = 30.0,
         consumer_overrides: dict[str, Any] | None = None,
         metrics: WorkerMetrics | None = None,
+        tracing: TraceHook | None = None,
     ) -> None:
         self.settings = settings
         self.topics = topic_names(settings.namespace)
@@ -90,6 +93,7 @@ class KafkaWorker:
             prefetch=prefetch,
             worker_id=self.worker_id,
             observer=self.metrics,
+            tracing=tracing,
         )
         self.metrics.attach(lambda: self.worker.running, lambda: self.worker.queued)
         self.policy = CommitPolicy(commit_interval_s)
@@ -215,6 +219,7 @@ class KafkaWorker:
             message.key(),
             message.value(),
             max(int(timestamp), 0),
+            headers=trace_header(message.headers()) if self.worker.tracing.enabled else (),
         )
 
     def _log_consumer_error(self, error: KafkaError) -> None:

@@ -84,12 +84,15 @@ def _engine(settings: Settings, args: argparse.Namespace) -> Iterator[None]:
     from engine.adapters.kafka_worker import KafkaWorker
     from engine.adapters.metrics import WorkerMetrics
     from engine.cli.observe import metrics_endpoint, observed_processor
+    from engine.cli.traces import process_tracing
     from engine.runtime.registry import default_registry
 
     stop = threading.Event()
     registry = CollectorRegistry()
     runner, metrics = observed_processor(settings, registry, args)
-    worker = KafkaWorker(settings, default_registry, metrics=WorkerMetrics(registry))
+    worker = KafkaWorker(
+        settings, default_registry, metrics=WorkerMetrics(registry), tracing=process_tracing()
+    )
     threads = [
         threading.Thread(target=runner.run, args=(stop,), name="processor", daemon=True),
         threading.Thread(target=worker.run, args=(stop,), name="worker", daemon=True),

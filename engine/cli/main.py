@@ -30,6 +30,7 @@ from engine.cli import (
     ui_cmd,
     worker_cmd,
 )
+from engine.cli.traces import process_tracing
 from engine.core.errors import (
     BrokerUnreachableError,
     CommandRefusedError,
@@ -104,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help_parser.print_help(sys.stderr)
         return 2
     try:
+        process_tracing()  # from the OTEL_* variables; nothing when they ask for none
         return handler(args)
     except BrokerUnreachableError as error:
         print(f"error: {error}", file=sys.stderr)

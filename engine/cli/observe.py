@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from engine.adapters.kafka_processor import ProcessorRunner
 from engine.adapters.metrics import MetricsServer, ProcessorMetrics
+from engine.cli.traces import process_tracing
 from engine.config.settings import Settings
 from engine.runtime.registry import default_registry
 
@@ -28,6 +29,7 @@ def observed_processor(
         default_registry,
         metrics=metrics,
         count_statuses=args.metrics_port is not None,
+        tracing=process_tracing(),
     )
     metrics.watch(runner)
     return runner, metrics

@@ -29,6 +29,7 @@ from engine.cli.options import (
     require_registered,
 )
 from engine.cli.run_group import run_subparsers
+from engine.cli.traces import process_tracing
 from engine.cli.worker_cmd import STOP_GRACE_S, import_modules, stop_on_signals
 from engine.config.settings import Settings
 from engine.config.topics import load_spec
@@ -106,7 +107,9 @@ def _run_all(args: argparse.Namespace) -> int:
     settings = _settings(args, worker_concurrency=args.concurrency, worker_id=args.worker_id)
     stop = threading.Event()
     registry = CollectorRegistry()
-    worker = KafkaWorker(settings, default_registry, metrics=WorkerMetrics(registry))
+    worker = KafkaWorker(
+        settings, default_registry, metrics=WorkerMetrics(registry), tracing=process_tracing()
+    )
     worker_thread = threading.Thread(target=worker.run, args=(stop,), name="worker")
     runner, metrics = observed_processor(settings, registry, args)
     reporter = threading.Thread(target=report_progress, args=(runner, stop), daemon=True)

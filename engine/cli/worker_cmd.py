@@ -35,6 +35,7 @@ from engine.cli.options import (
     require_registered,
 )
 from engine.cli.run_group import run_subparsers
+from engine.cli.traces import process_tracing
 from engine.core.errors import ConfigurationError
 from engine.runtime.registry import default_registry
 from engine.services.contracts import check_contracts
@@ -131,7 +132,11 @@ def _run_worker(args: argparse.Namespace) -> int:
     log.info("activities: %s", ", ".join(names))
     metrics = WorkerMetrics(CollectorRegistry())
     worker = KafkaWorker(
-        settings, default_registry, shutdown_timeout_s=args.shutdown_timeout, metrics=metrics
+        settings,
+        default_registry,
+        shutdown_timeout_s=args.shutdown_timeout,
+        metrics=metrics,
+        tracing=process_tracing(),
     )
     stop = threading.Event()
     with (

@@ -21,6 +21,9 @@ from typing import ClassVar
 from engine.core.failure import FailureDetails
 from engine.core.payloads import Payload
 
+#: Field metadata: a JSON history leaves the field out while it holds its empty default.
+OMIT_EMPTY = "omit_empty"
+
 
 class RuntimeStatus(StrEnum):
     PENDING = "PENDING"
@@ -73,6 +76,10 @@ class ExecutionStarted(EventBody):
     scheduled_start_ms: int | None = None
     tags: dict[str, str] = field(default_factory=dict)
     request_id: str = ""
+    #: W3C trace context the run was started in (``engine.core.tracecontext``); recorded
+    #: so that every replica names the same run span and no replay emits it again. JSON
+    #: histories leave it out while it is empty (``OMIT_EMPTY``), so they read as before.
+    traceparent: str = field(default="", metadata={OMIT_EMPTY: True})
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 from engine.core.errors import CodecError
 from engine.core.failure import FailureDetails
-from engine.core.history import EVENT_TYPES, EventBody, HistoryEvent, RuntimeStatus
+from engine.core.history import EVENT_TYPES, OMIT_EMPTY, EventBody, HistoryEvent, RuntimeStatus
 from engine.core.payloads import JSON, Payload, to_payload
 
 _BY_KIND: dict[str, type[EventBody]] = {cls.KIND: cls for cls in EVENT_TYPES}
@@ -95,7 +95,9 @@ def _value_from_json(annotation: str, value: Any) -> Any:
 
 def body_to_json(body: EventBody) -> dict[str, Any]:
     return {
-        field.name: _value_to_json(getattr(body, field.name)) for field in dataclasses.fields(body)
+        field.name: _value_to_json(getattr(body, field.name))
+        for field in dataclasses.fields(body)
+        if not (field.metadata.get(OMIT_EMPTY) and getattr(body, field.name) == field.default)
     }
 
 

@@ -37,11 +37,14 @@ from engine.core.errors import CodecError, NotRegisteredError, TurnstileError
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.messages import ActivityResult, ActivityTask
 from engine.core.payloads import Payload, from_payload, to_payload
+from engine.core.tracecontext import SpanContext
 from engine.core.typed import convert, parameter_type
 from engine.runtime.registry import Registry
 from engine.services.activity_threads import AbandoningThreads, deadline_passed
+from engine.services.attempt_spans import attempt_parent, attempt_span
 from engine.services.dead_letters import dead_letter_of
 from engine.services.records import RawRecord as TaskRecord
+from engine.services.tracing import NoTracing, TraceHook
 
 __all__ = [
     "ActivityRunner",
@@ -98,6 +101,9 @@ class Completion:
     output: Payload | None = None
     failure: FailureDetails | None = None
     duration_s: float = 0.0
+    #: The attempt's trace parent (the scheduling turn) and wall-clock start, if traced.
+    parent: SpanContext | None = None
+    began_ns: int = 0
 
     @property
     def outcome(self) -> str:
@@ -436,6 +442,7 @@ class _Pending:
     partition: int
     offset: int
     epoch: int
+    parent: SpanContext | None = None
 
 
 class Worker:
@@ -454,6 +461,7 @@ class Worker:
         worker_id: str = "",
         runner: ActivityRunner | None = None,
         observer: ActivityObserver | None = None,
+        tracing: TraceHook | None = None,
     ) -> None:
         if concurrency < 1:
             raise TurnstileError(f"worker concurrency must be at least 1, got {concurrency}")
@@ -465,6 +473,7 @@ class Worker:
         self.worker_id = worker_id
         self.runner = runner or ActivityRunner(concurrency, worker_id)
         self.observer = observer
+        self.tracing: TraceHook = tracing or NoTracing()
         self.offsets = OffsetTracker()
         self._backlog: deque[_Pending] = deque()
         self._done: queue.SimpleQueue[Completion] = queue.SimpleQueue()
@@ -528,7 +537,8 @@ class Worker:
             self.stats["tasks"] += 1
             if self.observer is not None:
                 self.observer.started(task.name)
-            self._backlog.append(_Pending(task, record.partition, record.offset, epoch))
+            parent = attempt_parent(self.tracing, record)
+            self._backlog.append(_Pending(task, record.partition, record.offset, epoch, parent))
         self._start_backlog()
         self._outbox.extend(letters)
         return letters
@@ -552,11 +562,22 @@ class Worker:
 
     def _start(self, p: _Pending) -> None:
         began = time.monotonic()
+        began_ns = time.time_ns() if p.parent is not None else 0
 
         def done(output: Payload | None, failure: FailureDetails | None) -> None:
             took = time.monotonic() - began
             self._done.put(
-                Completion(p.task, p.partition, p.offset, p.epoch, output, failure, took)
+                Completion(
+                    p.task,
+                    p.partition,
+                    p.offset,
+                    p.epoch,
+                    output,
+                    failure,
+                    took,
+                    p.parent,
+                    began_ns,
+                )
             )
 
         task = p.task
@@ -622,7 +643,11 @@ class Worker:
             self.stats["failures"] += 1
             _log_failed_attempt(c)
         key = c.task.instance_id.encode("utf-8")
-        return Outbound(key, encode_message(c.result()), c.partition)
+        failure_type = c.failure.type if c.failure is not None else ""
+        headers = attempt_span(
+            self.tracing, c.task, c.parent, c.began_ns, c.duration_s, c.outcome, failure_type
+        )
+        return Outbound(key, encode_message(c.result()), c.partition, headers=headers)
 
     def replace_rejected(self, record: Outbound, reason: str) -> Outbound:
         """A failure result in place of a result the broker refused (too large, say)."""

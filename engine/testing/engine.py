@@ -46,6 +46,7 @@ from engine.services.processor.partition import Environment, PartitionProcessor
 from engine.services.processor.protocol import BatchMetrics, NoMetrics, Step
 from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
 from engine.services.records import RawRecord
+from engine.services.tracing import NoTracing, TraceHook
 from engine.services.watchdog import TurnWatchdog
 from engine.services.worker import Outbound, Worker
 from engine.testing.topics import MemoryTopics
@@ -130,8 +131,10 @@ class TestEngine:
         settings: Settings | None = None,
         activity_timeout_s: float = 60.0,
         metrics: BatchMetrics | None = None,
+        tracing: TraceHook | None = None,
     ) -> None:
         base = settings or Settings()
+        self._tracing: TraceHook = tracing or NoTracing()
         self.registry = registry or default_registry
         self.namespace = namespace
         self.topics: TopicNames = topic_names(namespace)
@@ -150,6 +153,7 @@ class TestEngine:
             limits=base.limits,
             watchdog=TurnWatchdog(base.turn_budget_ms),
             turn_max_events=base.turn_max_events,
+            tracing=self._tracing,
         )
         self._env = env
         self.processors = {
@@ -178,7 +182,12 @@ class TestEngine:
             sink, self._view, registry=registry, outcomes=lambda: self._outcomes
         )
         worker_registry = _with_replacements(registry, self._replacements)
-        worker = Worker(worker_registry, source_topic=self.topics.activity_tasks, concurrency=1)
+        worker = Worker(
+            worker_registry,
+            source_topic=self.topics.activity_tasks,
+            concurrency=1,
+            tracing=self._tracing,
+        )
         worker.assigned(range(len(self.processors)))
         return client, worker
 

@@ -31,6 +31,7 @@ from engine.services.processor.ports import Headers, OutRecord
 from engine.services.processor.state import Counters, Environment, InstanceCache, Loaded
 from engine.services.processor.tables import Tables
 from engine.services.records import RawRecord
+from engine.services.tracing import SpanRecord
 
 log = logging.getLogger("engine.processor")
 
@@ -73,6 +74,13 @@ class Batch:
         #: The instance whose handling or turn is producing records right now ('' for none):
         #: every output record names it, so a record the broker refuses fails it alone.
         self.origin = ""
+        #: Trace context the records ``send`` makes carry (the running turn's span), and the
+        #: spans this batch decided, exported only once it commits (``spans.py``).
+        self.headers: Headers = ()
+        self.spans: list[SpanRecord] = []
+        #: When the running turn began (ns) and when its generation began (ms), if traced.
+        self.turn_began_ns = 0
+        self.run_began_ms: int | None = None
 
     @property
     def empty(self) -> bool:
@@ -148,7 +156,8 @@ class Batch:
 
     def send(self, topic: str, message: Message) -> None:
         """A message to another instance or to the workers, partitioned by its key."""
-        self.emit(topic, instance_key(message.instance_id), encode_message(message), None)
+        key = instance_key(message.instance_id)
+        self.emit(topic, key, encode_message(message), None, self.headers)
 
     def dead_letter(self, record: RawRecord, reason: str, kind: str = "Refused") -> None:
         """Park an unusable record with the reason, so the partition can go on. ``kind`` is

@@ -48,7 +48,7 @@ from engine.core.messages import (
 )
 from engine.core.payloads import Payload
 from engine.runtime.executor import WorkflowExecution
-from engine.services.processor import keys, parking, pending
+from engine.services.processor import keys, parking, pending, spans
 from engine.services.processor.batch import Batch
 from engine.services.processor.command_outcomes import (
     MessageHandler,
@@ -177,7 +177,8 @@ def begin(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
         max_turn_events=b.env.turn_max_events,
     )
     meta.version = _resolved_version(b, msg)
-    item.inbox = [Inbound(_started(msg, meta.version))]
+    traceparent = spans.start_traceparent(b, meta.instance_id, meta.generation)
+    item.inbox = [Inbound(_started(msg, meta.version, traceparent))]
     for event in pending.unexpired(b, meta, now_ms):
         item.inbox.append(Inbound(EventRaised(event.name, event.input)))
     meta.pending_events = []
@@ -193,7 +194,7 @@ def _resolved_version(b: Batch, msg: StartWorkflow) -> str:
         return msg.version  # unknown workflow: the runtime fails the instance and says why
 
 
-def _started(msg: StartWorkflow, version: str) -> ExecutionStarted:
+def _started(msg: StartWorkflow, version: str, traceparent: str) -> ExecutionStarted:
     return ExecutionStarted(
         name=msg.name,
         input=msg.input,
@@ -204,6 +205,7 @@ def _started(msg: StartWorkflow, version: str) -> ExecutionStarted:
         scheduled_start_ms=msg.scheduled_start_ms,
         tags=dict(msg.tags),
         request_id=msg.request_id,
+        traceparent=traceparent,
     )
 
 
@@ -224,6 +226,7 @@ def on_raise(b: Batch, msg: RaiseEvent, now_ms: int) -> Verdict:
     if meta.status.is_terminal:
         return _ended(msg, meta)
     item.inbox.append(Inbound(EventRaised(msg.name, msg.input)))
+    spans.note_link(b, item)
     return accepted()
 
 
@@ -270,6 +273,7 @@ def _deliver(b: Batch, msg: Message, inbound: Inbound) -> None:
     status = item.meta.status
     if status in (RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED):
         item.inbox.append(inbound)
+        spans.note_link(b, item)
     else:
         _reject(b, msg, f"instance is {status.value if status else 'unknown'}")
 

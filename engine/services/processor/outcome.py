@@ -47,7 +47,7 @@ from engine.core.messages import (
 from engine.runtime import actions as act
 from engine.runtime.actions import TurnResult
 from engine.runtime.interrupt import TurnEventsExceeded
-from engine.services.processor import keys, parking
+from engine.services.processor import keys, parking, spans
 from engine.services.processor.batch import Batch
 from engine.services.processor.poison import BOUND_ERRORS, TINY, check_turn, fitting
 from engine.services.processor.state import Loaded
@@ -57,7 +57,16 @@ log = logging.getLogger("engine.processor")
 
 
 def step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
-    """Run the instance's code on its inbox and record everything it decided."""
+    """Run the instance's code on its inbox and record everything it decided (what it
+    sends carries the turn's trace context, and only its records do)."""
+    spans.turn_begins(b, item)
+    try:
+        _step_instance(b, item, now_ms)
+    finally:
+        spans.turn_ends(b, item)
+
+
+def _step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
     inbox = parking.take_inbox(b, item)
     if inbox is None:
         return  # parked: the events wait for its retry
@@ -136,7 +145,9 @@ def _run_turn(b: Batch, item: Loaded, inbox: list[Inbound], now_ms: int) -> Turn
 
 def _step(b: Batch, item: Loaded, inbox: list[Inbound], now_ms: int) -> TurnResult:
     try:
-        return b.execution(item).step(inbox, now_ms)
+        execution = b.execution(item)
+        spans.stepping(b, execution.history)
+        return execution.step(inbox, now_ms)
     except TurnEventsExceeded as exc:
         raise exc.error() from None
 
@@ -159,6 +170,7 @@ def record_events(b: Batch, item: Loaded, events: list[HistoryEvent]) -> None:
             b.tables.delete_history(meta.instance_id, meta.generation_start, event.sequence)
             meta.generation_start = event.sequence
         previous = event
+    spans.turn_recorded(b, item, events)
 
 
 def _continues(event: HistoryEvent | None) -> bool:

@@ -31,7 +31,7 @@ import logging
 from engine.core.errors import InstanceTurnError, RecordHandlingError, TurnstileError
 from engine.core.failure import failure_from_exception
 from engine.core.messages import Message
-from engine.services.processor import keys
+from engine.services.processor import keys, spans
 from engine.services.processor.batch import Batch
 from engine.services.processor.handlers import MESSAGE_HANDLERS, fire_timer
 from engine.services.processor.inputs import accepted_kinds, validate
@@ -184,6 +184,7 @@ class PartitionProcessor:
         self.quarantine.committed()
         for instance_id, item in batch.touched.items():
             _settle(self.cache, instance_id, item)
+        spans.committed(batch)
         self._finish(batch)
 
     def rolled_back(self) -> None:

@@ -26,6 +26,7 @@ from engine.core.limits import Limits
 from engine.runtime.executor import WorkflowExecution
 from engine.runtime.interrupt import DEFAULT_MAX_TURN_EVENTS
 from engine.runtime.registry import Registry
+from engine.services.tracing import NoTracing, TraceHook
 from engine.services.watchdog import TurnWatchdog
 
 K = TypeVar("K")
@@ -152,6 +153,9 @@ class Loaded:
     inbox: list[Inbound] = field(default_factory=list)
     #: A parked instance's retry runs in this batch (set by ``parking``, never stored).
     retrying: bool = False
+    #: Trace contexts (trace id, span id) of the records that fed the coming turn, with
+    #: tracing on: its span links to them (``spans``; never stored).
+    trace_links: list[tuple[str, str]] = field(default_factory=list)
 
 
 class InstanceCache:
@@ -207,3 +211,5 @@ class Environment:
     watchdog: TurnWatchdog = field(default_factory=lambda: TurnWatchdog(5000))
     #: History events one turn may add (turn_max_events).
     turn_max_events: int = DEFAULT_MAX_TURN_EVENTS
+    #: Where the spans of committed runs and turns go (tracing off: :class:`NoTracing`).
+    tracing: TraceHook = field(default_factory=NoTracing)
