@@ -21,7 +21,7 @@ from types import FrameType
 from prometheus_client import CollectorRegistry
 
 from engine.adapters.kafka_deadline import end_process_stuck
-from engine.adapters.kafka_worker import KafkaWorker
+from engine.adapters.kafka_worker import KafkaWorker, run_loops
 from engine.adapters.metrics import WorkerMetrics
 from engine.cli import SubParsers
 from engine.cli.observe import metrics_endpoint
@@ -36,6 +36,7 @@ from engine.cli.options import (
 )
 from engine.cli.run_group import run_subparsers
 from engine.core.errors import ConfigurationError
+from engine.core.task_queues import check_task_queue
 from engine.runtime.registry import default_registry
 from engine.services.contracts import check_contracts
 
@@ -62,6 +63,14 @@ def register(subparsers: SubParsers) -> None:
         "--worker-id",
         help="stable, unique id of this worker; it names its transactional.id (default "
         "worker-0: give each worker its own)",
+    )
+    worker.add_argument(
+        "--task-queue",
+        action="append",
+        dest="task_queues",
+        metavar="QUEUE",
+        help="consume this task queue (repeatable); default: the queues the registered "
+        'activities name ("default" for those that name none)',
     )
     worker.add_argument(
         "--shutdown-timeout",
@@ -129,17 +138,26 @@ def _run_worker(args: argparse.Namespace) -> int:
     names = sorted(a.name for a in default_registry.activities())
     require_registered(names, "activities")
     log.info("activities: %s", ", ".join(names))
+    queues = [check_task_queue(q) for q in args.task_queues or default_registry.task_queues()]
+    log.info("task queues: %s", ", ".join(queues))
     metrics = WorkerMetrics(CollectorRegistry())
-    worker = KafkaWorker(
-        settings, default_registry, shutdown_timeout_s=args.shutdown_timeout, metrics=metrics
-    )
+    workers = [
+        KafkaWorker(
+            settings,
+            default_registry,
+            shutdown_timeout_s=args.shutdown_timeout,
+            metrics=metrics,
+            task_queue=queue,
+        )
+        for queue in dict.fromkeys(queues)
+    ]
     stop = threading.Event()
     with (
         metrics_endpoint(args, metrics.registry, lambda: True),
         stop_on_signals(stop, STOP_GRACE_S + args.shutdown_timeout),
     ):
-        worker.run(stop)
-    if worker.worker.running:
+        run_loops(workers, stop)
+    if any(w.worker.running for w in workers):
         # Threads running user code cannot be interrupted; do not hang the exit on them.
         sys.stdout.flush()
         sys.stderr.flush()

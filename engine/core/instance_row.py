@@ -68,6 +68,8 @@ class InstanceRow:
     scheduled_start: StartWorkflow | None = None
     #: Set while a bug in the workflow code keeps the instance waiting for a fix.
     parked: Parked | None = None
+    #: An activity it waits for that a worker reported it does not serve ("": none).
+    unserved: str = ""
 
     @property
     def exists(self) -> bool:
@@ -89,4 +91,5 @@ class InstanceRow:
             parent_instance_id=self.parent_instance_id,
             tags=dict(self.tags),
             request_id=self.request_id,
+            unserved=self.unserved,
         )

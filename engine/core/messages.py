@@ -121,6 +121,7 @@ class ActivityTask(Message):
     input: Payload | None = None
     timeout_ms: int = 0
     scheduled_ms: int = 0
+    task_queue: str = "default"
 
     @property
     def idempotency_key(self) -> str:
@@ -136,6 +137,9 @@ class ActivityResult(Message):
     attempt: int = 1
     output: Payload | None = None
     failure: FailureDetails | None = None
+    #: Set instead of an outcome by a worker that received the task but does not register
+    #: the activity (it put the task back on its queue for a worker that does).
+    unserved: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +160,8 @@ class InstanceStatus(Message):
     parent_instance_id: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
     request_id: str = ""
+    #: An activity it waits for that a worker reported it does not serve ("": none).
+    unserved: str = ""
 
 
 @dataclass(frozen=True, slots=True)

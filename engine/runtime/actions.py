@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from engine.core.failure import FailureDetails
 from engine.core.history import HistoryEvent, Inbound, RuntimeStatus
 from engine.core.payloads import Payload
+from engine.core.task_queues import DEFAULT_TASK_QUEUE
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,8 @@ class ScheduleActivity(Action):
     attempt: int
     timeout_ms: int
     generation: int = field(kw_only=True)
+    #: The task queue (and so the topic) the attempt goes to.
+    task_queue: str = field(default=DEFAULT_TASK_QUEUE, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, MutableMap
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+from engine.core.task_queues import check_task_queue
 from engine.core.typed import return_type
 from engine.runtime.durable import ActivityCall, ChildTask
 from engine.runtime.fastjson import encode as _payload
@@ -138,18 +139,21 @@ class WorkflowContext:
         *,
         retry: RetryPolicy | None = DEFAULT_RETRY,
         timeout: float | timedelta | None = None,
+        task_queue: str | None = None,
     ) -> Task[Any]:
         """Schedule an activity; await the task for its result.
 
         ``retry=None`` makes a single attempt. ``timeout`` is a start-to-close timeout per
         attempt, in seconds (``None`` or 0: none); a timed-out attempt fails (retryably).
         When the policy gives up, the task raises :class:`ActivityFailedError` with the
-        last failure's details.
+        last failure's details. ``task_queue`` names the workers that run it (default: the
+        queue the activity was registered with, else ``default``).
         """
         gen = self._gen
         name = activity if type(activity) is str else gen.registry.activity_name(activity)
         timeout_ms = 0 if timeout is None else _to_ms(timeout, "activity timeout")
-        task = ActivityCall(gen, name, _payload(input), retry or NO_RETRY, timeout_ms)
+        queue = check_task_queue(task_queue or gen.registry.activity_task_queue(activity))
+        task = ActivityCall(gen, name, _payload(input), retry or NO_RETRY, timeout_ms, queue)
         if not isinstance(activity, str):
             task.result_type = return_type(activity)  # a dataclass result comes back as one
         return task

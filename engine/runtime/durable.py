@@ -28,6 +28,7 @@ from engine.core.history import (
     TimerCreated,
 )
 from engine.core.payloads import Payload
+from engine.core.task_queues import DEFAULT_TASK_QUEUE
 from engine.core.typed import convert
 from engine.runtime.actions import CancelTimer, CreateTimer, ScheduleActivity, StartChild
 from engine.runtime.failures import raised_from
@@ -161,6 +162,7 @@ class ActivityCall(Task[Any]):
         "phase",
         "result_type",
         "task_id",
+        "task_queue",
     )
 
     def __init__(
@@ -170,6 +172,7 @@ class ActivityCall(Task[Any]):
         input: Payload | None,
         policy: RetryPolicy,
         timeout_ms: int,
+        task_queue: str = DEFAULT_TASK_QUEUE,
     ) -> None:
         self._state = PENDING
         self._value: Any = None
@@ -178,6 +181,8 @@ class ActivityCall(Task[Any]):
         self._gen = gen
         self.name = name
         self.input = input
+        #: Which workers get its attempts (routing only: not part of the recorded history).
+        self.task_queue = task_queue
         self._policy = policy
         self._timeout_ms = timeout_ms
         self._timeout: TimerTask | None = None
@@ -203,7 +208,13 @@ class ActivityCall(Task[Any]):
             journal.append(TaskScheduled(task_id, name, input, attempt, self._timeout_ms))
             journal.actions.append(
                 ScheduleActivity(
-                    task_id, name, input, attempt, self._timeout_ms, generation=gen.number
+                    task_id,
+                    name,
+                    input,
+                    attempt,
+                    self._timeout_ms,
+                    generation=gen.number,
+                    task_queue=self.task_queue,
                 )
             )
         elif not journal.match_activity(task_id, name, input, attempt):

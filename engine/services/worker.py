@@ -33,10 +33,11 @@ from typing import Any, Protocol
 
 from engine.codec import decode_message, encode_message
 from engine.core.activity_info import ActivityContext, activity_scope
-from engine.core.errors import CodecError, NotRegisteredError, TurnstileError
+from engine.core.errors import CodecError, TurnstileError
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.messages import ActivityResult, ActivityTask
 from engine.core.payloads import Payload, from_payload, to_payload
+from engine.core.task_queues import DEFAULT_TASK_QUEUE
 from engine.core.typed import convert, parameter_type
 from engine.runtime.registry import Registry
 from engine.services.activity_threads import AbandoningThreads, deadline_passed
@@ -44,6 +45,7 @@ from engine.services.dead_letters import dead_letter_of
 from engine.services.records import RawRecord as TaskRecord
 
 __all__ = [
+    "REQUEUES_HEADER",
     "ActivityRunner",
     "CommitPolicy",
     "Completion",
@@ -76,6 +78,9 @@ class Outbound:
     partition: int
     dead: bool = False
     headers: Headers = ()
+    #: A task put back on the worker's own task-queue topic, on partition ``requeue_to``
+    #: (see :meth:`Worker.accept`); ``None``: a result or a dead letter.
+    requeue_to: int | None = None
 
 
 def dead_letter(record: TaskRecord, topic: str, reason: str) -> Outbound:
@@ -267,6 +272,10 @@ class ActivityObserver(Protocol):
         """An attempt ended with ``result`` (success, failure, timeout) after running
         ``duration_s`` seconds."""
 
+    def unserved(self, activity: str, task_queue: str) -> None:
+        """A task for ``activity``, which this worker does not register, went back to its
+        queue."""
+
 
 # --- offsets -------------------------------------------------------------------------------
 
@@ -413,6 +422,42 @@ class _Pending:
     epoch: int
 
 
+#: The header that counts how often a task went back to its queue unserved.
+REQUEUES_HEADER = "turnstile-requeues"
+#: How long an unserved task is held before it goes back to its queue: doubling per
+#: requeue, so a task no worker serves costs a record every ``_REQUEUE_MAX_S`` at most.
+_REQUEUE_FIRST_S = 0.5
+_REQUEUE_MAX_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Unserved:
+    """A task of an activity this worker lacks, held until ``due`` and then put back on its
+    queue, one partition further on (so it reaches the group's other members in turn)."""
+
+    record: TaskRecord
+    epoch: int
+    requeues: int
+    due: float
+
+    def requeued(self, partitions: int) -> Outbound:
+        headers = tuple(h for h in self.record.headers if h[0] != REQUEUES_HEADER)
+        headers += ((REQUEUES_HEADER, str(self.requeues + 1).encode()),)
+        target = (self.record.partition + 1) % max(partitions, 1)
+        key, value = self.record.key or b"", self.record.value or b""
+        return Outbound(key, value, self.record.partition, False, headers, target)
+
+
+def _requeues(record: TaskRecord) -> int:
+    for name, value in record.headers:
+        if name == REQUEUES_HEADER:
+            try:
+                return max(int(value), 0)
+            except ValueError:
+                return 0
+    return 0
+
+
 class Worker:
     """The worker's state machine: accepts task records, runs them, hands out what to produce
     and which offsets to commit. Called from one thread (the Kafka loop) only, except for
@@ -429,6 +474,7 @@ class Worker:
         worker_id: str = "",
         runner: ActivityRunner | None = None,
         observer: ActivityObserver | None = None,
+        task_queue: str = DEFAULT_TASK_QUEUE,
     ) -> None:
         if concurrency < 1:
             raise TurnstileError(f"worker concurrency must be at least 1, got {concurrency}")
@@ -440,8 +486,13 @@ class Worker:
         self.worker_id = worker_id
         self.runner = runner or ActivityRunner(concurrency, worker_id)
         self.observer = observer
+        self.task_queue = task_queue
+        #: Partitions of ``source_topic``: where unserved tasks are put back (the adapter
+        #: sets it from the topic's metadata).
+        self.source_partitions = 1
         self.offsets = OffsetTracker()
         self._backlog: deque[_Pending] = deque()
+        self._unserved: list[_Unserved] = []
         self._done: queue.SimpleQueue[Completion] = queue.SimpleQueue()
         self._running = 0
         self._outbox: list[Outbound] = []
@@ -451,6 +502,7 @@ class Worker:
             "failures": 0,
             "dead": 0,
             "expired": 0,
+            "unserved": 0,
         }
 
     # --- load -------------------------------------------------------------------------------
@@ -477,7 +529,12 @@ class Worker:
 
     @property
     def idle(self) -> bool:
-        return self.load == 0
+        return self.load == 0 and not self._unserved
+
+    @property
+    def held(self) -> int:
+        """Unserved tasks waiting to go back to their queue."""
+        return len(self._unserved)
 
     def flow(self, paused: bool) -> FlowAction:
         high = self.concurrency + self.prefetch
@@ -487,7 +544,14 @@ class Worker:
     # --- input ------------------------------------------------------------------------------
 
     def accept(self, records: Iterable[TaskRecord]) -> list[Outbound]:
-        """Take consumed records: start (or queue) tasks; returns dead letters to produce."""
+        """Take consumed records: start (or queue) tasks; returns what to produce at once
+        (dead letters, and notes for the processor about tasks this worker does not serve).
+
+        A task of an activity this worker does not register is never failed: another
+        worker of the same task queue may have it (a rolling deploy, say). The worker tells
+        the instance (its status shows the note) and puts the task back on the queue after
+        a growing delay, one partition further, so it visits the other members in turn.
+        """
         letters: list[Outbound] = []
         for record in records:
             epoch = self.offsets.consumed(record.partition, record.offset)
@@ -500,6 +564,9 @@ class Worker:
                 letters.append(dead_letter(record, self.source_topic, reason))
                 self.stats["dead"] += 1
                 continue
+            if not self.registry.has_activity(task.name):
+                letters.append(self._hold_unserved(record, task, epoch))
+                continue
             self.stats["tasks"] += 1
             if self.observer is not None:
                 self.observer.started(task.name)
@@ -507,6 +574,43 @@ class Worker:
         self._start_backlog()
         self._outbox.extend(letters)
         return letters
+
+    def _hold_unserved(self, record: TaskRecord, task: ActivityTask, epoch: int) -> Outbound:
+        requeues = _requeues(record)
+        delay = min(_REQUEUE_FIRST_S * 2**requeues, _REQUEUE_MAX_S)
+        self._unserved.append(_Unserved(record, epoch, requeues, time.monotonic() + delay))
+        self.stats["unserved"] += 1
+        if self.observer is not None:
+            self.observer.unserved(task.name, task.task_queue or self.task_queue)
+        names = ", ".join(sorted(a.name for a in self.registry.activities())) or "none"
+        queue = task.task_queue or self.task_queue
+        note = (
+            f"activity {task.name!r} (task queue {queue!r}) is not served by worker "
+            f"{self.worker_id or '(unnamed)'} (it registers: {names}); the task waits on the "
+            f"queue for a worker that registers it: start one with --task-queue {queue} and "
+            f"the module that defines {task.name!r}"
+        )
+        log.warning("%s (%s)", note, task.idempotency_key)
+        result = ActivityResult(
+            task.instance_id, task.generation, task.task_id, task.attempt, unserved=note
+        )
+        return Outbound(task.instance_id.encode("utf-8"), encode_message(result), record.partition)
+
+    def _requeue_due(self) -> list[Outbound]:
+        """Unserved tasks whose delay is over, as records back onto the queue (their
+        offsets are settled by the same transaction)."""
+        if not self._unserved:
+            return []
+        now = time.monotonic()
+        due = [u for u in self._unserved if u.due <= now]
+        if not due:
+            return []
+        self._unserved = [u for u in self._unserved if u.due > now]
+        out = []
+        for u in due:
+            if self.offsets.done(u.record.partition, u.record.offset, u.epoch):
+                out.append(u.requeued(self.source_partitions))
+        return out
 
     def _decode(self, record: TaskRecord) -> tuple[ActivityTask | None, str]:
         if record.value is None:
@@ -539,11 +643,7 @@ class Worker:
             self.stats["expired"] += 1
             done(None, _expired(task))
             return
-        try:
-            fn = self.registry.get_activity(p.task.name).fn
-        except NotRegisteredError:
-            done(None, self._unknown(p.task.name))
-            return
+        fn = self.registry.get_activity(p.task.name).fn  # accept() checked it
         try:
             self.runner.submit(fn, p.task, done)
         except CodecError as exc:  # an input payload no converter can read: final
@@ -551,25 +651,16 @@ class Worker:
         except Exception as exc:  # the runner is shutting down: let a retry run it
             done(None, failure_from_exception(exc))
 
-    def _unknown(self, name: str) -> FailureDetails:
-        names = ", ".join(sorted(a.name for a in self.registry.activities())) or "none"
-        return FailureDetails(
-            "ActivityNotRegistered",
-            f"activity {name!r} is not registered in worker {self.worker_id or '?'} "
-            f"(registered: {names}); start the worker with --module for the module that "
-            f"defines it",
-            retryable=False,
-        )
-
     # --- output -----------------------------------------------------------------------------
 
     def collect(self, wait_s: float = 0.0) -> list[Outbound]:
         """Results of activities that finished since the last call (waiting up to ``wait_s``
         for the first one); they are also kept in the outbox until committed."""
-        out: list[Outbound] = []
+        out = self._requeue_due()
         try:
             completion = self._done.get(timeout=wait_s) if wait_s > 0 else self._done.get_nowait()
         except queue.Empty:
+            self._outbox.extend(out)
             return out
         while True:
             self._running -= 1
@@ -637,13 +728,15 @@ class Worker:
         gone = set(partitions)
         self.offsets.drop(gone)
         self._backlog = deque(p for p in self._backlog if p.partition not in gone)
+        self._unserved = [u for u in self._unserved if u.record.partition not in gone]
         self._outbox = [r for r in self._outbox if r.partition not in gone]
 
     def drop_backlog(self) -> int:
         """Forget tasks that have not started (at shutdown); their offsets stay uncommitted,
         so the next owner of the partition runs them."""
-        dropped = len(self._backlog)
+        dropped = len(self._backlog) + len(self._unserved)
         self._backlog.clear()
+        self._unserved.clear()
         return dropped
 
     def shutdown(self) -> None:

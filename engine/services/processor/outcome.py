@@ -258,8 +258,9 @@ def _schedule_activity(b: Batch, item: Loaded, a: act.ScheduleActivity, now_ms: 
         input=a.input,
         timeout_ms=a.timeout_ms,
         scheduled_ms=now_ms,
+        task_queue=a.task_queue,
     )
-    b.send(b.env.topics.activity_tasks, task)
+    b.send(b.env.topics.task_queue(a.task_queue), task)
 
 
 def _start_child(b: Batch, item: Loaded, a: act.StartChild, now_ms: int) -> None:
