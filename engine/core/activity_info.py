@@ -1,11 +1,13 @@
 """What an activity knows about the attempt it is running: ``current_activity()``.
 
 An activity body runs at least once - a worker that crashes after running it but before
-committing its result will see the task again - so code with side effects needs a key that
-stays the same across such redeliveries to hand to external systems (a payment API's
-idempotency key, a unique constraint). The worker sets a context variable around each call,
-so the activity does not have to declare a parameter for it; it works the same for sync
-activities (run in a thread) and async ones (run on the worker's event loop).
+committing its result will see the task again, and a retry follows an attempt that timed
+out even if it did its work - so code with side effects needs a key that stays the same
+across redeliveries and retries of one call to hand to external systems (a payment API's
+idempotency key, a unique constraint); the attempt number is a separate field. The worker
+sets a context variable around each call, so the activity does not have to declare a
+parameter for it; it works the same for sync activities (run in a thread) and async ones
+(run on the worker's event loop).
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ class ActivityContext:
 
     @property
     def idempotency_key(self) -> str:
-        """``instance/generation/task id/attempt``: equal for redeliveries of this attempt."""
+        """``instance/generation/task id``: the same for every attempt of this call (and
+        every redelivery); see :attr:`attempt` for which attempt runs."""
         return self.task.idempotency_key
 
 

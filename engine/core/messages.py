@@ -125,8 +125,15 @@ class ActivityTask(Message):
 
     @property
     def idempotency_key(self) -> str:
-        """Stable across redeliveries of this attempt; hand it to external systems."""
-        return f"{self.instance_id}/{self.generation}/{self.task_id}/{self.attempt}"
+        """``instance/generation/task id``: one per activity call, the same for every
+        attempt and redelivery of it (a retry after a timed-out attempt that did succeed
+        must not pay twice); ``attempt`` says which attempt this is."""
+        return f"{self.instance_id}/{self.generation}/{self.task_id}"
+
+    @property
+    def attempt_label(self) -> str:
+        """The call and its attempt, for log lines: ``instance/generation/task#attempt``."""
+        return f"{self.idempotency_key}#{self.attempt}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,8 @@ lowest task that is still running (the contiguous completed prefix). A worker th
 after running a task but before committing past it hands the task to the next owner, which
 runs it again. Its *result* is produced exactly once per run, in one transaction with the
 offsets, and the processor ignores a second result for a task it has already completed.
-Activities that touch the outside world should use ``current_activity().idempotency_key``.
+Activities that touch the outside world should use ``current_activity().idempotency_key``
+(one per call: the same across retries and redeliveries).
 
 Results that were produced in a transaction that was then aborted are kept (the *outbox*)
 and produced again in the next transaction, so an abort never forces a task to run again.
@@ -143,7 +144,7 @@ def _arguments(
 def _expired(task: ActivityTask) -> FailureDetails:
     return FailureDetails(
         "ActivityTimeoutError",
-        f"activity {task.name!r} ({task.idempotency_key}) was not started: its timeout of "
+        f"activity {task.name!r} ({task.attempt_label}) was not started: its timeout of "
         f"{task.timeout_ms} ms since it was scheduled had passed (the workflow has timed "
         f"this attempt out already)",
     )
@@ -187,7 +188,7 @@ class ActivityRunner:
             future = self._threads.submit(
                 lambda: _call_sync(fn, args, info),
                 task.timeout_ms / 1000,
-                f"activity {task.name!r} ({task.idempotency_key})",
+                f"activity {task.name!r} ({task.attempt_label})",
             )
         future.add_done_callback(lambda f: _finish(f, on_done))
 
@@ -590,7 +591,7 @@ class Worker:
             f"queue for a worker that registers it: start one with --task-queue {queue} and "
             f"the module that defines {task.name!r}"
         )
-        log.warning("%s (%s)", note, task.idempotency_key)
+        log.warning("%s (%s)", note, task.attempt_label)
         result = ActivityResult(
             task.instance_id, task.generation, task.task_id, task.attempt, unserved=note
         )
@@ -681,7 +682,7 @@ class Worker:
 
     def _result(self, c: Completion) -> Outbound | None:
         if not self.offsets.done(c.partition, c.offset, c.epoch):
-            log.info("dropping the result of %s: its partition moved", c.task.idempotency_key)
+            log.info("dropping the result of %s: its partition moved", c.task.attempt_label)
             return None
         self.stats["results"] += 1
         if c.failure is not None:

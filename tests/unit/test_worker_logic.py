@@ -264,8 +264,16 @@ def test_a_requeued_task_waits_longer_each_time_it_comes_back() -> None:
 def test_the_idempotency_key_is_available_to_sync_and_async_activities(worker: Worker) -> None:
     worker.accept([_record(_task("key", attempt=3), 0), _record(_task("akey", task_id=2), 1)])
     by_task = {r.task_id: from_payload(r.output) for r in _results(worker, 2)}
-    assert by_task[1] == "wf-1/2/1/3"
-    assert by_task[2] == ["wf-1/2/2/1", 1]
+    assert by_task[1] == "wf-1/2/1"
+    assert by_task[2] == ["wf-1/2/2", 1]
+
+
+def test_every_attempt_of_a_call_gets_the_same_key_and_its_own_attempt_number(
+    worker: Worker,
+) -> None:
+    worker.accept([_record(_task("akey", attempt=n), n) for n in (1, 2, 3)])
+    outputs = [from_payload(r.output) for r in _results(worker, 3)]
+    assert sorted(outputs) == [["wf-1/2/1", 1], ["wf-1/2/1", 2], ["wf-1/2/1", 3]]
 
 
 def test_activities_without_input_and_unserialisable_results(worker: Worker) -> None:
@@ -375,7 +383,7 @@ def test_current_activity_outside_an_activity_says_how_to_test() -> None:
         current_activity()
     info = ActivityContext(_task("x"))
     with activity_scope(info):
-        assert current_activity().idempotency_key == "wf-1/2/1/1"
+        assert current_activity().idempotency_key == "wf-1/2/1"
 
 
 def test_concurrency_must_be_positive(registry: Registry) -> None:
