@@ -85,6 +85,7 @@ class KafkaWorker:
         consumer_overrides: dict[str, Any] | None = None,
         metrics: WorkerMetrics | None = None,
         task_queue: str = DEFAULT_TASK_QUEUE,
+        executor: str = "thread",
     ) -> None:
         self.settings = settings
         self.topics = topic_names(settings.namespace)
@@ -101,6 +102,7 @@ class KafkaWorker:
             worker_id=self.worker_id,
             observer=self.metrics,
             task_queue=task_queue,
+            executor=executor,
         )
         self.metrics.attach_worker(self.worker)
         self.policy = CommitPolicy(commit_interval_s)

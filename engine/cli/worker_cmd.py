@@ -38,6 +38,7 @@ from engine.cli.run_group import run_subparsers
 from engine.core.errors import ConfigurationError
 from engine.core.task_queues import check_task_queue
 from engine.runtime.registry import default_registry
+from engine.services.activity_runner import EXECUTORS
 from engine.services.contracts import check_contracts
 
 __all__ = ["STOP_GRACE_S", "import_modules", "register", "stop_on_signals"]
@@ -71,6 +72,14 @@ def register(subparsers: SubParsers) -> None:
         metavar="QUEUE",
         help="consume this task queue (repeatable); default: the queues the registered "
         'activities name ("default" for those that name none)',
+    )
+    worker.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="thread",
+        help="where sync activities run: 'thread' (default; one past its start-to-close "
+        "timeout is abandoned and its thread runs on) or 'process' (a child process per "
+        "attempt, killed at its timeout; the activity must be a module-level function)",
     )
     worker.add_argument(
         "--shutdown-timeout",
@@ -148,6 +157,7 @@ def _run_worker(args: argparse.Namespace) -> int:
             shutdown_timeout_s=args.shutdown_timeout,
             metrics=metrics,
             task_queue=queue,
+            executor=args.executor,
         )
         for queue in dict.fromkeys(queues)
     ]

@@ -119,9 +119,14 @@ class ActivityTask(Message):
     attempt: int = 1
     name: str = ""
     input: Payload | None = None
+    #: The start-to-close timeout of the attempt, from when a worker starts it (0: none).
     timeout_ms: int = 0
     scheduled_ms: int = 0
     task_queue: str = "default"
+    schedule_to_start_ms: int = 0
+    #: When the workflow stops waiting for the attempt, epoch ms; 0: never.
+    deadline_ms: int = 0
+    heartbeat_timeout_ms: int = 0
 
     @property
     def idempotency_key(self) -> str:

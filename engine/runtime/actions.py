@@ -29,10 +29,17 @@ class ScheduleActivity(Action):
     name: str
     input: Payload | None
     attempt: int
+    #: The start-to-close timeout the worker enforces (0: none).
     timeout_ms: int
     generation: int = field(kw_only=True)
     #: The task queue (and so the topic) the attempt goes to.
     task_queue: str = field(default=DEFAULT_TASK_QUEUE, kw_only=True)
+    #: A worker that takes the attempt later than this after scheduling fails it (0: never).
+    schedule_to_start_ms: int = field(default=0, kw_only=True)
+    #: When the workflow stops waiting for the attempt (its timer or the call's
+    #: schedule-to-close), epoch ms; 0: never.
+    deadline_ms: int = field(default=0, kw_only=True)
+    heartbeat_timeout_ms: int = field(default=0, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,9 +28,9 @@ from engine.core.history import (
     TimerCreated,
 )
 from engine.core.payloads import Payload
-from engine.core.task_queues import DEFAULT_TASK_QUEUE
 from engine.core.typed import convert
 from engine.runtime.actions import CancelTimer, CreateTimer, ScheduleActivity, StartChild
+from engine.runtime.activity_options import ActivityOptions
 from engine.runtime.failures import raised_from
 from engine.runtime.fastjson import decode
 from engine.runtime.journal import Journal
@@ -152,17 +152,19 @@ class ActivityCall(Task[Any]):
 
     __slots__ = (
         "_backoff",
+        "_close_timer",
         "_gen",
+        "_options",
         "_policy",
         "_timeout",
         "_timeout_ms",
         "attempt",
+        "deadline_ms",
         "input",
         "name",
         "phase",
         "result_type",
         "task_id",
-        "task_queue",
     )
 
     def __init__(
@@ -171,8 +173,7 @@ class ActivityCall(Task[Any]):
         name: str,
         input: Payload | None,
         policy: RetryPolicy,
-        timeout_ms: int,
-        task_queue: str = DEFAULT_TASK_QUEUE,
+        options: ActivityOptions,
     ) -> None:
         self._state = PENDING
         self._value: Any = None
@@ -181,12 +182,15 @@ class ActivityCall(Task[Any]):
         self._gen = gen
         self.name = name
         self.input = input
-        #: Which workers get its attempts (routing only: not part of the recorded history).
-        self.task_queue = task_queue
         self._policy = policy
-        self._timeout_ms = timeout_ms
+        self._options = options
+        #: The workflow's own per-attempt timer (0: none; see engine.runtime.activity_options).
+        self._timeout_ms = options.attempt_timer_ms
         self._timeout: TimerTask | None = None
         self._backoff: TimerTask | None = None
+        self._close_timer: TimerTask | None = None
+        #: When the whole call must be over (schedule-to-close), epoch ms; 0: never.
+        self.deadline_ms = 0
         task_id = gen.next_task_id
         gen.next_task_id = task_id + 1
         self.task_id = task_id
@@ -195,7 +199,14 @@ class ActivityCall(Task[Any]):
         #: The annotation the result is converted to (see engine.core.typed); None: plain.
         self.result_type: Any = None
         gen.tasks[task_id] = self
+        if options.schedule_to_close_ms:
+            close = TimerTask(gen, gen.journal.now_ms + options.schedule_to_close_ms, self)
+            self._close_timer, self.deadline_ms = close, close.fire_at_ms
         self._start_attempt()
+
+    @property
+    def task_queue(self) -> str:
+        return self._options.task_queue
 
     def _start_attempt(self) -> None:
         """*run*: schedule the current attempt (and its timeout timer)."""
@@ -204,24 +215,37 @@ class ActivityCall(Task[Any]):
         if gen.closing:
             gen.refuse()
         task_id, name, input, attempt = self.task_id, self.name, self.input, self.attempt
-        if not journal.replaying:
+        replaying = journal.replaying
+        if not replaying:
             journal.append(TaskScheduled(task_id, name, input, attempt, self._timeout_ms))
-            journal.actions.append(
-                ScheduleActivity(
-                    task_id,
-                    name,
-                    input,
-                    attempt,
-                    self._timeout_ms,
-                    generation=gen.number,
-                    task_queue=self.task_queue,
-                )
-            )
         elif not journal.match_activity(task_id, name, input, attempt):
             raise gen.diverged(TaskScheduled(task_id, name, input, attempt, self._timeout_ms))
         self.phase = RUNNING
         if self._timeout_ms:
             self._timeout = TimerTask(gen, gen.journal.now_ms + self._timeout_ms, self)
+        if not replaying:  # after its timer, whose fire time bounds the attempt's deadline
+            journal.actions.append(self._schedule_action())
+
+    def _attempt_deadline_ms(self) -> int:
+        """When the workflow stops waiting for this attempt (0: never): its own timer or
+        the call's schedule-to-close, whichever comes first."""
+        ends = [t for t in (self.deadline_ms, self._timeout and self._timeout.fire_at_ms) if t]
+        return min(ends) if ends else 0
+
+    def _schedule_action(self) -> ScheduleActivity:
+        o = self._options
+        return ScheduleActivity(
+            self.task_id,
+            self.name,
+            self.input,
+            self.attempt,
+            o.start_to_close_ms,
+            generation=self._gen.number,
+            task_queue=o.task_queue,
+            schedule_to_start_ms=o.schedule_to_start_ms,
+            deadline_ms=self._attempt_deadline_ms(),
+            heartbeat_timeout_ms=o.heartbeat_timeout_ms,
+        )
 
     def check_result(self, attempt: int) -> str | None:
         """*apply*: why a result for ``attempt`` cannot be applied (None if it can)."""
@@ -241,6 +265,7 @@ class ActivityCall(Task[Any]):
         self.phase = FINISHED
         if self._timeout is not None:
             self._drop_timeout()
+        self._drop_close_timer()
         _decoded(self, output, self.result_type)
 
     def failed(self, failure: FailureDetails) -> None:
@@ -249,8 +274,15 @@ class ActivityCall(Task[Any]):
             self.phase = BACKOFF
             self._gen.ready.append(self._begin_backoff)
             return
+        self._give_up(failure)
+
+    def _give_up(self, failure: FailureDetails) -> None:
         self.phase = FINISHED
         self._drop_timeout()
+        self._drop_close_timer()
+        backoff, self._backoff = self._backoff, None
+        if backoff is not None and not backoff.done():
+            self._gen.ready.append(backoff.cancel)
         message = (
             f"activity {self.name!r} failed after {self.attempt} attempt(s): "
             f"{failure.type}: {failure.message}"
@@ -262,6 +294,12 @@ class ActivityCall(Task[Any]):
         if timeout is not None and not timeout.done():
             self._gen.ready.append(timeout.cancel)
         self._timeout = None
+
+    def _drop_close_timer(self) -> None:
+        close = self._close_timer
+        if close is not None and not close.done():
+            self._gen.ready.append(close.cancel)
+        self._close_timer = None
 
     def _begin_backoff(self) -> None:
         """*run*: cancel the failed attempt's timeout, start the backoff timer."""
@@ -299,12 +337,26 @@ class ActivityCall(Task[Any]):
             self._backoff = None
             if self.phase == BACKOFF:
                 self._gen.ready.append(self._next_attempt)
+        elif timer is self._close_timer:
+            self._close_timer = None
+            if self.phase != FINISHED:
+                self._give_up(
+                    FailureDetails(
+                        "ActivityTimeoutError",
+                        f"activity {self.name!r} did not complete within its schedule-to-close "
+                        f"timeout of {_seconds(self._options.schedule_to_close_ms)} (attempt "
+                        f"{self.attempt})",
+                        "",
+                        False,
+                    )
+                )
 
     def _cancel_hook(self) -> None:
         """*run*: stop waiting; a late result will be rejected."""
         self.phase = FINISHED
         _cancel_if_pending(self._timeout)
         _cancel_if_pending(self._backoff)
+        _cancel_if_pending(self._close_timer)
 
 
 class ChildTask(Task[Any]):

@@ -19,29 +19,24 @@ and produced again in the next transaction, so an abort never forces a task to r
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
 import queue
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 from engine.codec import decode_message, encode_message
-from engine.core.activity_info import ActivityContext, activity_scope
 from engine.core.errors import CodecError, TurnstileError
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.messages import ActivityResult, ActivityTask
-from engine.core.payloads import Payload, from_payload, to_payload
+from engine.core.payloads import Payload
 from engine.core.task_queues import DEFAULT_TASK_QUEUE
-from engine.core.typed import convert, parameter_type
 from engine.runtime.registry import Registry
-from engine.services.activity_threads import AbandoningThreads, deadline_passed
+from engine.services.activity_runner import ActivityRunner
+from engine.services.activity_timeouts import not_startable
 from engine.services.dead_letters import dead_letter_of
 from engine.services.records import RawRecord as TaskRecord
 
@@ -59,6 +54,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
 
 Headers = tuple[tuple[str, bytes], ...]
 
@@ -117,150 +113,6 @@ class Completion:
         return ActivityResult(
             t.instance_id, t.generation, t.task_id, t.attempt, self.output, self.failure
         )
-
-
-def _arity(fn: Callable[..., Any]) -> int:
-    """How many arguments to pass: 0, 1 (the input) or 2 (the input and the context)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return 1
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if any(p.kind == p.VAR_POSITIONAL for p in params):
-        return max(len(positional), 1)
-    return min(len(positional), 2)
-
-
-def _arguments(
-    fn: Callable[..., Any], task: ActivityTask, info: ActivityContext
-) -> tuple[Any, ...]:
-    arity = _arity(fn)
-    if arity == 0:
-        return ()
-    value = convert(from_payload(task.input), parameter_type(fn, 0))
-    return (value,) if arity == 1 else (value, info)
-
-
-def _expired(task: ActivityTask) -> FailureDetails:
-    return FailureDetails(
-        "ActivityTimeoutError",
-        f"activity {task.name!r} ({task.attempt_label}) was not started: its timeout of "
-        f"{task.timeout_ms} ms since it was scheduled had passed (the workflow has timed "
-        f"this attempt out already)",
-    )
-
-
-def _is_async(fn: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
-    )
-
-
-class ActivityRunner:
-    """Runs activities: sync ones on daemon threads (abandoned at their start-to-close
-    timeout, see :mod:`engine.services.activity_threads`), async ones on one event loop.
-
-    The event loop lives in a background thread so that thousands of waiting async
-    activities cost no threads. Every run ends with one call of ``on_done(output, failure)``
-    (from a pool thread or the loop thread), unless it was cancelled at shutdown.
-    """
-
-    def __init__(self, threads: int, worker_id: str = "") -> None:
-        self.worker_id = worker_id
-        self._threads = AbandoningThreads("activity")
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def submit(
-        self,
-        fn: Callable[..., Any],
-        task: ActivityTask,
-        on_done: Callable[[Payload | None, FailureDetails | None], None],
-    ) -> None:
-        info = ActivityContext(task, self.worker_id)
-        args = _arguments(fn, task, info)
-        if _is_async(fn):
-            future: Future[Any] = asyncio.run_coroutine_threadsafe(
-                _call_async(fn, args, info), self._event_loop()
-            )
-        else:
-            future = self._threads.submit(
-                lambda: _call_sync(fn, args, info),
-                task.timeout_ms / 1000,
-                f"activity {task.name!r} ({task.attempt_label})",
-            )
-        future.add_done_callback(lambda f: _finish(f, on_done))
-
-    def _event_loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(
-                    target=loop.run_forever, name="activity-loop", daemon=True
-                )
-                thread.start()
-                self._loop, self._loop_thread = loop, thread
-            return self._loop
-
-    def shutdown(self) -> None:
-        """Stop accepting work; cancel what still runs (its tasks will be redelivered)."""
-        self._threads.shutdown()
-        loop, thread = self._loop, self._loop_thread
-        if loop is not None and thread is not None:
-            loop.call_soon_threadsafe(_cancel_all, loop)
-            thread.join(timeout=5)
-            if not loop.is_running():
-                loop.close()
-
-
-def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
-    for task in asyncio.all_tasks(loop):
-        task.cancel()
-    loop.call_soon(loop.stop)
-
-
-def _call_sync(fn: Callable[..., Any], args: tuple[Any, ...], info: ActivityContext) -> Any:
-    with activity_scope(info):
-        result = fn(*args)
-        if inspect.isawaitable(result):
-            raise TypeError(
-                f"activity {info.name!r} returned an awaitable from a plain function; "
-                f"declare it with 'async def' so the worker runs it on its event loop"
-            )
-        return result
-
-
-async def _call_async(fn: Callable[..., Any], args: tuple[Any, ...], info: ActivityContext) -> Any:
-    with activity_scope(info):
-        if info.task.timeout_ms > 0:
-            try:
-                return await asyncio.wait_for(fn(*args), info.task.timeout_ms / 1000)
-            except TimeoutError:
-                raise TimeoutError(
-                    f"activity {info.name!r} did not finish within {info.task.timeout_ms} ms"
-                ) from None
-        return await fn(*args)
-
-
-def _finish(
-    future: Future[Any], on_done: Callable[[Payload | None, FailureDetails | None], None]
-) -> None:
-    """Turn a finished future into output or failure details (never raises)."""
-    if future.cancelled():
-        return
-    exc = future.exception()
-    if exc is not None:
-        if isinstance(exc, asyncio.CancelledError):
-            return
-        on_done(None, failure_from_exception(exc))
-        return
-    try:
-        output = to_payload(future.result())
-    except CodecError as codec_error:
-        on_done(None, failure_from_exception(codec_error, retryable=False))
-        return
-    on_done(output, None)
 
 
 class ActivityObserver(Protocol):
@@ -476,7 +328,11 @@ class Worker:
         runner: ActivityRunner | None = None,
         observer: ActivityObserver | None = None,
         task_queue: str = DEFAULT_TASK_QUEUE,
+        wall_ms: Callable[[], int] | None = None,
+        executor: str = "thread",
     ) -> None:
+        """``wall_ms``: the wall clock the timeouts are checked against, in epoch ms (the
+        in-process test engine passes its manual clock; default: the system's)."""
         if concurrency < 1:
             raise TurnstileError(f"worker concurrency must be at least 1, got {concurrency}")
         self.registry = registry
@@ -485,9 +341,10 @@ class Worker:
         #: Tasks taken beyond ``concurrency`` wait here; default: 4 x concurrency.
         self.prefetch = 4 * concurrency if prefetch is None else max(prefetch, 0)
         self.worker_id = worker_id
-        self.runner = runner or ActivityRunner(concurrency, worker_id)
+        self.runner = runner or ActivityRunner(concurrency, worker_id, executor)
         self.observer = observer
         self.task_queue = task_queue
+        self._wall_ms = wall_ms or (lambda: int(time.time() * 1000))
         #: Partitions of ``source_topic``: where unserved tasks are put back (the adapter
         #: sets it from the topic's metadata).
         self.source_partitions = 1
@@ -640,13 +497,15 @@ class Worker:
             )
 
         task = p.task
-        if deadline_passed(task.scheduled_ms, task.timeout_ms, int(time.time() * 1000)):
+        now_ms = self._wall_ms()
+        refused = not_startable(task, now_ms)
+        if refused is not None:
             self.stats["expired"] += 1
-            done(None, _expired(task))
+            done(None, refused)
             return
         fn = self.registry.get_activity(p.task.name).fn  # accept() checked it
         try:
-            self.runner.submit(fn, p.task, done)
+            self.runner.submit(fn, p.task, done, now_ms)
         except CodecError as exc:  # an input payload no converter can read: final
             done(None, failure_from_exception(exc, retryable=False))
         except Exception as exc:  # the runner is shutting down: let a retry run it

@@ -147,7 +147,12 @@ class TestEngine:
         sink = _CommandSink(self._produce, self.topics.commands)
         client = WorkflowClient(sink, self._view, registry=registry)
         worker_registry = _with_replacements(registry, self._replacements)
-        worker = Worker(worker_registry, source_topic=self.topics.activity_tasks, concurrency=1)
+        worker = Worker(
+            worker_registry,
+            source_topic=self.topics.activity_tasks,
+            concurrency=1,
+            wall_ms=self.clock.now_ms,
+        )
         worker.assigned(range(len(self.processors)))
         return client, worker
 

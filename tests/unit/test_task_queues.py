@@ -1,5 +1,5 @@
 """Task queues: names, registration, routing to one topic per queue, and the status note of
-a task no worker serves (the Kafka side: tests/integration/test_task_queues.py)."""
+a task no worker serves (the Kafka side: tests/integration/test_task_queues_kafka.py)."""
 
 from __future__ import annotations
 

@@ -259,6 +259,9 @@ def _schedule_activity(b: Batch, item: Loaded, a: act.ScheduleActivity, now_ms: 
         timeout_ms=a.timeout_ms,
         scheduled_ms=now_ms,
         task_queue=a.task_queue,
+        schedule_to_start_ms=a.schedule_to_start_ms,
+        deadline_ms=a.deadline_ms,
+        heartbeat_timeout_ms=a.heartbeat_timeout_ms,
     )
     b.send(b.env.topics.task_queue(a.task_queue), task)
 
