@@ -125,6 +125,8 @@ class TaskFailed(EventBody):
     task_id: int
     failure: FailureDetails
     attempt: int = 1
+    #: The attempt's last heartbeat details, handed to the next attempt.
+    details: Payload | None = None
 
 
 @dataclass(frozen=True, slots=True)

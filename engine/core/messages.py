@@ -127,6 +127,8 @@ class ActivityTask(Message):
     #: When the workflow stops waiting for the attempt, epoch ms; 0: never.
     deadline_ms: int = 0
     heartbeat_timeout_ms: int = 0
+    #: The previous attempt's last heartbeat details: a checkpoint to resume from.
+    heartbeat_details: Payload | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -152,6 +154,8 @@ class ActivityResult(Message):
     #: Set instead of an outcome by a worker that received the task but does not register
     #: the activity (it put the task back on its queue for a worker that does).
     unserved: str = ""
+    #: A failed attempt's last heartbeat details (for the next attempt).
+    details: Payload | None = None
 
 
 @dataclass(frozen=True, slots=True)

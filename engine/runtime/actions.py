@@ -40,6 +40,8 @@ class ScheduleActivity(Action):
     #: schedule-to-close), epoch ms; 0: never.
     deadline_ms: int = field(default=0, kw_only=True)
     heartbeat_timeout_ms: int = field(default=0, kw_only=True)
+    #: The previous attempt's last heartbeat details.
+    heartbeat_details: Payload | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)

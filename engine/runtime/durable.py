@@ -160,6 +160,7 @@ class ActivityCall(Task[Any]):
         "_timeout_ms",
         "attempt",
         "deadline_ms",
+        "heartbeat_details",
         "input",
         "name",
         "phase",
@@ -191,6 +192,8 @@ class ActivityCall(Task[Any]):
         self._close_timer: TimerTask | None = None
         #: When the whole call must be over (schedule-to-close), epoch ms; 0: never.
         self.deadline_ms = 0
+        #: The last heartbeat details a failed attempt reported, for the next attempt.
+        self.heartbeat_details: Payload | None = None
         task_id = gen.next_task_id
         gen.next_task_id = task_id + 1
         self.task_id = task_id
@@ -245,6 +248,7 @@ class ActivityCall(Task[Any]):
             schedule_to_start_ms=o.schedule_to_start_ms,
             deadline_ms=self._attempt_deadline_ms(),
             heartbeat_timeout_ms=o.heartbeat_timeout_ms,
+            heartbeat_details=self.heartbeat_details,
         )
 
     def check_result(self, attempt: int) -> str | None:
@@ -268,8 +272,11 @@ class ActivityCall(Task[Any]):
         self._drop_close_timer()
         _decoded(self, output, self.result_type)
 
-    def failed(self, failure: FailureDetails) -> None:
-        """*apply*: the current attempt failed; retry (after a backoff) or give up."""
+    def failed(self, failure: FailureDetails, details: Payload | None = None) -> None:
+        """*apply*: the current attempt failed; retry (after a backoff) or give up.
+        ``details``: its last heartbeat details, which the next attempt starts from."""
+        if details is not None:
+            self.heartbeat_details = details
         if self._policy.should_retry(self.attempt, failure):
             self.phase = BACKOFF
             self._gen.ready.append(self._begin_backoff)

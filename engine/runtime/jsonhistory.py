@@ -93,9 +93,17 @@ def _value_from_json(annotation: str, value: Any) -> Any:
     return value
 
 
+#: Fields added since the first JSON histories, left out while they hold their default
+#: (None), so that a history that does not use them is written exactly as before.
+_LATER_FIELDS = frozenset({("TaskFailed", "details")})
+
+
 def body_to_json(body: EventBody) -> dict[str, Any]:
     return {
-        field.name: _value_to_json(getattr(body, field.name)) for field in dataclasses.fields(body)
+        field.name: _value_to_json(value)
+        for field in dataclasses.fields(body)
+        if (value := getattr(body, field.name)) is not None
+        or (body.KIND, field.name) not in _LATER_FIELDS
     }
 
 

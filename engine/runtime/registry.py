@@ -15,6 +15,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
+from engine.core.activity_info import current_activity, heartbeat, is_cancelled
 from engine.core.errors import NotRegisteredError, RegistrationError
 from engine.core.task_queues import DEFAULT_TASK_QUEUE, check_task_queue
 
@@ -317,20 +318,32 @@ def workflow(
     return default_registry.workflow(name=name, version=version, failure_types=failure_types)
 
 
-@overload
-def activity(fn: F, /) -> F: ...
+class _Activity:
+    """``@activity`` (register an activity in :data:`default_registry`), and what activity
+    code calls while it runs: ``activity.heartbeat(details)``, ``activity.is_cancelled()``,
+    ``activity.info()`` (the attempt's context: idempotency key, attempt number, the
+    previous attempt's ``heartbeat_details``)."""
+
+    heartbeat = staticmethod(heartbeat)
+    is_cancelled = staticmethod(is_cancelled)
+    info = staticmethod(current_activity)
+
+    @overload
+    def __call__(self, fn: F, /) -> F: ...
+
+    @overload
+    def __call__(
+        self, fn: None = None, /, *, name: str | None = None, task_queue: str | None = None
+    ) -> Callable[[F], F]: ...
+
+    def __call__(
+        self, fn: F | None = None, /, *, name: str | None = None, task_queue: str | None = None
+    ) -> F | Callable[[F], F]:
+        if fn is not None:
+            return default_registry.activity(fn)
+        return default_registry.activity(name=name, task_queue=task_queue)
 
 
-@overload
-def activity(
-    fn: None = None, /, *, name: str | None = None, task_queue: str | None = None
-) -> Callable[[F], F]: ...
-
-
-def activity(
-    fn: F | None = None, /, *, name: str | None = None, task_queue: str | None = None
-) -> F | Callable[[F], F]:
-    """Register an activity in :data:`default_registry` (``task_queue``: see README)."""
-    if fn is not None:
-        return default_registry.activity(fn)
-    return default_registry.activity(name=name, task_queue=task_queue)
+activity = _Activity()
+"""Register an activity in :data:`default_registry` (``task_queue``: see README); also
+``activity.heartbeat(details)`` and ``activity.is_cancelled()`` for activity code."""

@@ -17,13 +17,14 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from engine.core.activity_info import ActivityContext, activity_scope
+from engine.core.activity_info import ActivityContext, AttemptControl, activity_scope
 from engine.core.errors import CodecError
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.payloads import Payload, to_payload
@@ -45,10 +46,22 @@ class Encoded:
     failure: FailureDetails | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """A heartbeat the child forwards to the worker (its details, encoded)."""
+
+    details: Payload | None = None
+
+
 def _child(
     fn: Callable[..., Any], args: tuple[Any, ...], info: ActivityContext, out: Connection
 ) -> None:
-    """Runs in the child: the activity, then its encoded outcome down the pipe."""
+    """Runs in the child: the activity, then its encoded outcome down the pipe. Its
+    heartbeats go down the same pipe; the worker decides about timeouts and cancellation
+    (by killing the child)."""
+    control = AttemptControl()
+    control.forward = lambda details: out.send(Beat(details))
+    info = replace(info, control=control)
     try:
         with activity_scope(info):
             value = fn(*args)
@@ -80,14 +93,18 @@ class ProcessExecutor:
         info: ActivityContext,
         timeout_s: float,
         what: str,
-    ) -> Future[Any]:
+    ) -> tuple[Future[Any], Callable[[], None]]:
         """Run ``fn(*args)`` in a child; the future's result is an :class:`Encoded`, or it
-        fails with :class:`ActivityTimeoutError` once the child was killed at its timeout."""
+        fails with :class:`ActivityTimeoutError` once the child was killed at its timeout.
+        Also returns how to kill the child early (a cancelled or heartbeat-less attempt);
+        its heartbeats are recorded in ``info.control``."""
         future: Future[Any] = Future()
         future.set_running_or_notify_cancel()
         receive, send = self._context.Pipe(duplex=False)
+        control = info.control
+        sent = replace(info, control=None)  # the child makes its own, forwarding beats
         child = self._context.Process(
-            target=_child, args=(fn, args, info, send), name=f"turnstile-{info.name}", daemon=True
+            target=_child, args=(fn, args, sent, send), name=f"turnstile-{info.name}", daemon=True
         )
         with self._lock:
             if self._closed:
@@ -97,18 +114,23 @@ class ProcessExecutor:
         send.close()  # the child holds the sending end now
         threading.Thread(
             target=self._wait,
-            args=(child, receive, future, timeout_s, what),
+            args=(child, receive, future, timeout_s, what, control),
             name=f"activity-process-{child.pid}",
             daemon=True,
         ).start()
-        return future
+        return future, child.kill
 
     def _wait(
-        self, child: Any, receive: Connection, future: Future[Any], timeout_s: float, what: str
+        self,
+        child: Any,
+        receive: Connection,
+        future: Future[Any],
+        timeout_s: float,
+        what: str,
+        control: AttemptControl | None,
     ) -> None:
         try:
-            ready = receive.poll(timeout_s if timeout_s > 0 else None)
-            outcome = _received(receive) if ready else None
+            ready, outcome = _outcome(receive, timeout_s, control)
             if outcome is None and not ready:
                 self._kill(child, what, timeout_s)
                 future.set_exception(
@@ -148,9 +170,24 @@ class ProcessExecutor:
             child.kill()
 
 
-def _received(receive: Connection) -> Encoded | None:
-    try:
-        outcome = receive.recv()
-    except (EOFError, OSError):  # the child died before it sent anything
-        return None
-    return outcome if isinstance(outcome, Encoded) else None
+def _outcome(
+    receive: Connection, timeout_s: float, control: AttemptControl | None
+) -> tuple[bool, Encoded | None]:
+    """Read beats until the outcome arrives: (True, outcome), (True, None) when the child
+    died without one, (False, None) at the timeout."""
+    deadline = time.monotonic() + timeout_s if timeout_s > 0 else None
+    while True:
+        wait = None if deadline is None else deadline - time.monotonic()
+        if wait is not None and wait <= 0:
+            return False, None
+        if not receive.poll(wait):
+            return False, None
+        try:
+            message = receive.recv()
+        except (EOFError, OSError):  # the child died before it sent anything
+            return True, None
+        if isinstance(message, Beat):
+            if control is not None:
+                control.record(message.details)
+            continue
+        return True, message if isinstance(message, Encoded) else None

@@ -16,11 +16,12 @@ from concurrent.futures import Future
 from typing import Any
 
 from engine.core.activity_info import ActivityContext, activity_scope
-from engine.core.errors import CodecError, TurnstileError
-from engine.core.failure import FailureDetails, failure_from_exception
+from engine.core.errors import ActivityCancelledError, CodecError, TurnstileError
+from engine.core.failure import failure_from_exception
 from engine.core.messages import ActivityTask
-from engine.core.payloads import Payload, from_payload, to_payload
+from engine.core.payloads import from_payload, to_payload
 from engine.core.typed import convert, parameter_type
+from engine.services.activity_attempts import Attempt, OnDone, cancelled_failure
 from engine.services.activity_processes import Encoded, ProcessExecutor
 from engine.services.activity_threads import AbandoningThreads
 from engine.services.activity_timeouts import run_timeout_s
@@ -65,8 +66,9 @@ class ActivityRunner:
     timeout, see :mod:`engine.services.activity_threads`), async ones on one event loop.
 
     The event loop lives in a background thread so that thousands of waiting async
-    activities cost no threads. Every run ends with one call of ``on_done(output, failure)``
-    (from a pool thread or the loop thread), unless it was cancelled at shutdown.
+    activities cost no threads. Every run ends with one call of ``on_done(output, failure,
+    details)`` (from a pool thread, the loop thread or the worker's loop when it stops the
+    attempt), unless it was cancelled at shutdown.
     """
 
     def __init__(self, threads: int, worker_id: str = "", executor: str = "thread") -> None:
@@ -86,27 +88,28 @@ class ActivityRunner:
         self,
         fn: Callable[..., Any],
         task: ActivityTask,
-        on_done: Callable[[Payload | None, FailureDetails | None], None],
+        on_done: OnDone,
         now_ms: int | None = None,
-    ) -> None:
-        """Start one attempt; ``now_ms`` is the wall clock its timeouts count from."""
-        info = ActivityContext(task, self.worker_id)
+    ) -> Attempt:
+        """Start one attempt; ``now_ms`` is the wall clock its timeouts count from. The
+        returned :class:`Attempt` settles exactly once through ``on_done``."""
+        attempt = Attempt(task, on_done)
+        info = ActivityContext(task, self.worker_id, attempt.control)
         args = _arguments(fn, task, info)
         limit = run_timeout_s(task, int(time.time() * 1000) if now_ms is None else now_ms)
+        what = f"activity {task.name!r} ({task.attempt_label})"
         if _is_async(fn):
             future: Future[Any] = asyncio.run_coroutine_threadsafe(
                 _call_async(fn, args, info, limit), self._event_loop()
             )
+            attempt.bind(future.cancel)  # CancelledError inside the activity
         elif self._processes is not None:
-            what = f"activity {task.name!r} ({task.attempt_label})"
-            future = self._processes.submit(fn, args, info, limit, what)
-        else:
-            future = self._threads.submit(
-                lambda: _call_sync(fn, args, info),
-                limit,
-                f"activity {task.name!r} ({task.attempt_label})",
-            )
-        future.add_done_callback(lambda f: _finish(f, on_done))
+            future, kill = self._processes.submit(fn, args, info, limit, what)
+            attempt.bind(kill)
+        else:  # a thread cannot be stopped: the activity sees is_cancelled() instead
+            future = self._threads.submit(lambda: _call_sync(fn, args, info), limit, what)
+        future.add_done_callback(lambda f: _finish(f, attempt))
+        return attempt
 
     @property
     def killed(self) -> int:
@@ -169,25 +172,24 @@ async def _call_async(
         return await fn(*args)
 
 
-def _finish(
-    future: Future[Any], on_done: Callable[[Payload | None, FailureDetails | None], None]
-) -> None:
-    """Turn a finished future into output or failure details (never raises)."""
+def _finish(future: Future[Any], attempt: Attempt) -> None:
+    """Settle the attempt with the future's output or failure (never raises)."""
     if future.cancelled():
-        return
+        return  # stopped (settled already) or shut down (redelivered)
     exc = future.exception()
     if exc is not None:
-        if isinstance(exc, asyncio.CancelledError):
+        if isinstance(exc, asyncio.CancelledError | ActivityCancelledError):
+            attempt.settle(None, cancelled_failure(attempt.task, str(exc) or "cancelled"))
             return
-        on_done(None, failure_from_exception(exc))
+        attempt.settle(None, failure_from_exception(exc))
         return
     result = future.result()
     if isinstance(result, Encoded):  # a child process encoded it already
-        on_done(result.output, result.failure)
+        attempt.settle(result.output, result.failure)
         return
     try:
         output = to_payload(result)
     except CodecError as codec_error:
-        on_done(None, failure_from_exception(codec_error, retryable=False))
+        attempt.settle(None, failure_from_exception(codec_error, retryable=False))
         return
-    on_done(output, None)
+    attempt.settle(output, None)

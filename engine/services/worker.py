@@ -35,8 +35,9 @@ from engine.core.messages import ActivityResult, ActivityTask
 from engine.core.payloads import Payload
 from engine.core.task_queues import DEFAULT_TASK_QUEUE
 from engine.runtime.registry import Registry
+from engine.services.activity_attempts import CANCELLED_TYPE, Attempt
 from engine.services.activity_runner import ActivityRunner
-from engine.services.activity_timeouts import not_startable
+from engine.services.activity_timeouts import TIMEOUT_TYPE, not_startable
 from engine.services.dead_letters import dead_letter_of
 from engine.services.records import RawRecord as TaskRecord
 
@@ -100,19 +101,32 @@ class Completion:
     output: Payload | None = None
     failure: FailureDetails | None = None
     duration_s: float = 0.0
+    #: The last heartbeat details of a failed attempt.
+    details: Payload | None = None
 
     @property
     def outcome(self) -> str:
-        """``success``, ``timeout`` or ``failure``: the result label of the metrics."""
+        """``success``, ``timeout``, ``cancelled`` or ``failure``: the metrics' result label."""
         if self.failure is None:
             return "success"
-        return "timeout" if self.failure.type == "TimeoutError" else "failure"
+        if self.failure.type == CANCELLED_TYPE:
+            return "cancelled"
+        return "timeout" if self.failure.type in _TIMEOUT_TYPES else "failure"
 
     def result(self) -> ActivityResult:
         t = self.task
         return ActivityResult(
-            t.instance_id, t.generation, t.task_id, t.attempt, self.output, self.failure
+            t.instance_id,
+            t.generation,
+            t.task_id,
+            t.attempt,
+            self.output,
+            self.failure,
+            details=self.details,
         )
+
+
+_TIMEOUT_TYPES = frozenset({"TimeoutError", TIMEOUT_TYPE})
 
 
 class ActivityObserver(Protocol):
@@ -351,6 +365,8 @@ class Worker:
         self.offsets = OffsetTracker()
         self._backlog: deque[_Pending] = deque()
         self._unserved: list[_Unserved] = []
+        #: Attempts running now, by (partition, offset, epoch) of their task.
+        self._attempts: dict[tuple[int, int, int], Attempt] = {}
         self._done: queue.SimpleQueue[Completion] = queue.SimpleQueue()
         self._running = 0
         self._outbox: list[Outbound] = []
@@ -361,6 +377,7 @@ class Worker:
             "dead": 0,
             "expired": 0,
             "unserved": 0,
+            "cancelled": 0,
         }
 
     # --- load -------------------------------------------------------------------------------
@@ -490,10 +507,14 @@ class Worker:
     def _start(self, p: _Pending) -> None:
         began = time.monotonic()
 
-        def done(output: Payload | None, failure: FailureDetails | None) -> None:
+        def done(
+            output: Payload | None,
+            failure: FailureDetails | None,
+            details: Payload | None = None,
+        ) -> None:
             took = time.monotonic() - began
             self._done.put(
-                Completion(p.task, p.partition, p.offset, p.epoch, output, failure, took)
+                Completion(p.task, p.partition, p.offset, p.epoch, output, failure, took, details)
             )
 
         task = p.task
@@ -505,7 +526,9 @@ class Worker:
             return
         fn = self.registry.get_activity(p.task.name).fn  # accept() checked it
         try:
-            self.runner.submit(fn, p.task, done, now_ms)
+            self._attempts[(p.partition, p.offset, p.epoch)] = self.runner.submit(
+                fn, p.task, done, now_ms
+            )
         except CodecError as exc:  # an input payload no converter can read: final
             done(None, failure_from_exception(exc, retryable=False))
         except Exception as exc:  # the runner is shutting down: let a retry run it
@@ -517,6 +540,7 @@ class Worker:
         """Results of activities that finished since the last call (waiting up to ``wait_s``
         for the first one); they are also kept in the outbox until committed."""
         out = self._requeue_due()
+        self._check_heartbeats()
         try:
             completion = self._done.get(timeout=wait_s) if wait_s > 0 else self._done.get_nowait()
         except queue.Empty:
@@ -524,6 +548,7 @@ class Worker:
             return out
         while True:
             self._running -= 1
+            self._attempts.pop((completion.partition, completion.offset, completion.epoch), None)
             if self.observer is not None:
                 self.observer.finished(
                     completion.task.name, completion.outcome, completion.duration_s
@@ -539,9 +564,21 @@ class Worker:
         self._outbox.extend(out)
         return out
 
+    def _check_heartbeats(self) -> None:
+        """Stop the attempts that went past their heartbeat timeout (their failure carries
+        the last details, so the retry resumes from there)."""
+        for attempt in list(self._attempts.values()):
+            overdue = attempt.heartbeat_overdue()
+            if overdue is not None:
+                log.warning("%s", overdue.message)
+                attempt.stop(overdue)
+
     def _result(self, c: Completion) -> Outbound | None:
         if not self.offsets.done(c.partition, c.offset, c.epoch):
             log.info("dropping the result of %s: its partition moved", c.task.attempt_label)
+            return None
+        if c.outcome == "cancelled":  # the workflow stopped waiting: nothing to report
+            self.stats["cancelled"] += 1
             return None
         self.stats["results"] += 1
         if c.failure is not None:

@@ -253,7 +253,7 @@ def on_activity_result(b: Batch, msg: ActivityResult, now_ms: int) -> None:
         b.save(item.meta)
     failure = msg.failure or oversized_result(b, msg)
     if failure is not None:
-        body = TaskFailed(msg.task_id, failure, msg.attempt)
+        body = TaskFailed(msg.task_id, failure, msg.attempt, msg.details)
     else:
         body = TaskCompleted(msg.task_id, msg.output, msg.attempt)
     _deliver(b, msg, Inbound(body, msg.generation))

@@ -262,6 +262,7 @@ def _schedule_activity(b: Batch, item: Loaded, a: act.ScheduleActivity, now_ms: 
         schedule_to_start_ms=a.schedule_to_start_ms,
         deadline_ms=a.deadline_ms,
         heartbeat_timeout_ms=a.heartbeat_timeout_ms,
+        heartbeat_details=a.heartbeat_details,
     )
     b.send(b.env.topics.task_queue(a.task_queue), task)
 
