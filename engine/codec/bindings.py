@@ -26,6 +26,7 @@ from engine.core.history import EVENT_TYPES, HistoryEvent, RuntimeStatus
 from engine.core.instance_row import InstanceRow, Parked, PendingEvent
 from engine.core.messages import (
     COMMAND_TYPES,
+    ActivityCancel,
     ActivityResult,
     ActivityTask,
     ChildResult,
@@ -46,6 +47,7 @@ MESSAGE_RECORD_TYPES: tuple[type[Message], ...] = (
     ActivityResult,
     InstanceStatus,
     DeadLetter,
+    ActivityCancel,
 )
 
 _PLAIN_RECORDS: dict[str, type] = {

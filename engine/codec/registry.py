@@ -36,6 +36,7 @@ MESSAGE_SCHEMAS = (
     "ActivityResult",
     "InstanceStatus",
     "DeadLetter",
+    "ActivityCancel",
 )
 #: The processor's own table rows (state changelog), not messages between components.
 INSTANCE_ROW = "InstanceRow"

@@ -144,6 +144,19 @@ class ActivityTask(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class ActivityCancel(Message):
+    """The workflow stopped waiting for this attempt: the worker running it stops it. It
+    travels on the attempt's task-queue topic, keyed by instance id, so it reaches the
+    worker that owns the task's partition, after the task itself."""
+
+    KIND: ClassVar[str] = "ActivityCancel"
+    generation: int = 0
+    task_id: int = 0
+    attempt: int = 1
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ActivityResult(Message):
     KIND: ClassVar[str] = "ActivityResult"
     generation: int = 0

@@ -31,11 +31,11 @@ from typing import Protocol
 from engine.codec import decode_message, encode_message
 from engine.core.errors import CodecError, TurnstileError
 from engine.core.failure import FailureDetails, failure_from_exception
-from engine.core.messages import ActivityResult, ActivityTask
+from engine.core.messages import ActivityCancel, ActivityResult, ActivityTask
 from engine.core.payloads import Payload
 from engine.core.task_queues import DEFAULT_TASK_QUEUE
 from engine.runtime.registry import Registry
-from engine.services.activity_attempts import CANCELLED_TYPE, Attempt
+from engine.services.activity_attempts import CANCELLED_TYPE, Attempt, cancelled_failure
 from engine.services.activity_runner import ActivityRunner
 from engine.services.activity_timeouts import TIMEOUT_TYPE, not_startable
 from engine.services.dead_letters import dead_letter_of
@@ -306,6 +306,8 @@ class _Unserved:
     epoch: int
     requeues: int
     due: float
+    #: (instance, generation, task id, attempt) of the task, to match a cancellation.
+    call: tuple[str, int, int, int] = ("", 0, 0, 0)
 
     def requeued(self, partitions: int) -> Outbound:
         headers = tuple(h for h in self.record.headers if h[0] != REQUEUES_HEADER)
@@ -313,6 +315,10 @@ class _Unserved:
         target = (self.record.partition + 1) % max(partitions, 1)
         key, value = self.record.key or b"", self.record.value or b""
         return Outbound(key, value, self.record.partition, False, headers, target)
+
+
+def _call_of(task: ActivityTask) -> tuple[str, int, int, int]:
+    return (task.instance_id, task.generation, task.task_id, task.attempt)
 
 
 def _requeues(record: TaskRecord) -> int:
@@ -439,6 +445,10 @@ class Worker:
                 letters.append(dead_letter(record, self.source_topic, reason))
                 self.stats["dead"] += 1
                 continue
+            if isinstance(task, ActivityCancel):
+                self.offsets.done(record.partition, record.offset, epoch)
+                self._cancel(task)
+                continue
             if not self.registry.has_activity(task.name):
                 letters.append(self._hold_unserved(record, task, epoch))
                 continue
@@ -453,7 +463,8 @@ class Worker:
     def _hold_unserved(self, record: TaskRecord, task: ActivityTask, epoch: int) -> Outbound:
         requeues = _requeues(record)
         delay = min(_REQUEUE_FIRST_S * 2**requeues, _REQUEUE_MAX_S)
-        self._unserved.append(_Unserved(record, epoch, requeues, time.monotonic() + delay))
+        due = time.monotonic() + delay
+        self._unserved.append(_Unserved(record, epoch, requeues, due, _call_of(task)))
         self.stats["unserved"] += 1
         if self.observer is not None:
             self.observer.unserved(task.name, task.task_queue or self.task_queue)
@@ -487,13 +498,34 @@ class Worker:
                 out.append(u.requeued(self.source_partitions))
         return out
 
-    def _decode(self, record: TaskRecord) -> tuple[ActivityTask | None, str]:
+    def _cancel(self, c: ActivityCancel) -> None:
+        """Stop the attempt the workflow no longer waits for: running (the runner stops
+        it), waiting for a slot, or held as unserved (dropped); else it is over already."""
+        call = (c.instance_id, c.generation, c.task_id, c.attempt)
+        for attempt in list(self._attempts.values()):
+            if _call_of(attempt.task) == call:
+                log.info("cancelling %s: %s", attempt.task.attempt_label, c.reason)
+                attempt.stop(cancelled_failure(attempt.task, c.reason))
+                return
+        for p in [p for p in self._backlog if _call_of(p.task) == call]:
+            self._backlog.remove(p)
+            self.offsets.done(p.partition, p.offset, p.epoch)
+            self.stats["cancelled"] += 1
+            if self.observer is not None:
+                self.observer.finished(p.task.name, "cancelled", 0.0)
+        for u in [u for u in self._unserved if u.call == call]:
+            self._unserved.remove(u)
+            self.offsets.done(u.record.partition, u.record.offset, u.epoch)
+
+    def _decode(self, record: TaskRecord) -> tuple[ActivityTask | ActivityCancel | None, str]:
         if record.value is None:
             return None, "empty record (tombstone) on the activity-tasks topic"
         try:
             message = decode_message(record.value)
         except CodecError as exc:
             return None, f"undecodable activity task: {exc}"
+        if isinstance(message, ActivityCancel):
+            return message, ""
         if not isinstance(message, ActivityTask):
             return None, f"{type(message).__name__} record on the activity-tasks topic"
         return message, ""

@@ -54,7 +54,7 @@ def _alive(pid: int) -> bool:
 def test_a_sync_activity_past_its_timeout_is_killed(tmp_path: Path) -> None:
     worker = _worker()
     pid_file = tmp_path / "pid"
-    task = ActivityTask("i", 0, 1, 1, "hang", to_payload(str(pid_file)), timeout_ms=1500)
+    task = ActivityTask("i", 0, 1, 1, "hang", to_payload(str(pid_file)), timeout_ms=4000)
     worker.accept([_record(task, 0)])
     [result] = _results(worker, 1)
     assert result.failure is not None and result.failure.type == "ActivityTimeoutError"

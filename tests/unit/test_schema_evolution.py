@@ -37,11 +37,16 @@ def test_current_schemas_follow_every_rule_against_every_release() -> None:
 
 
 def test_the_current_set_is_released() -> None:
-    """Every current schema is part of a release, so the next change is checked against it."""
+    """Every released schema is still current, and every current one is part of a release,
+    so the next change is checked against it - except record types new since the latest
+    release, which the next release snapshot adds (there is nothing older to check them
+    against)."""
     assert released_versions(), "release the schemas: copy schemas/*.avsc to schemas/released/1/"
     latest = released_versions()[-1]
     released = {s.name: s for s in load_released() if s.version == latest}
-    assert set(released) == set(ALL_SCHEMAS)
+    ever_released = {s.name for s in load_released()}
+    assert set(released) <= set(ALL_SCHEMAS)
+    assert set(ALL_SCHEMAS) - set(released) == set(ALL_SCHEMAS) - ever_released
 
 
 def test_released_schemas_are_never_edited() -> None:

@@ -45,7 +45,7 @@ from engine.core.messages import (
 from engine.runtime import actions as act
 from engine.runtime.actions import TurnResult
 from engine.runtime.interrupt import TurnEventsExceeded
-from engine.services.processor import keys, parking
+from engine.services.processor import cancels, keys, parking
 from engine.services.processor.batch import Batch
 from engine.services.processor.poison import BOUND_ERRORS, TINY, check_turn, fitting
 from engine.services.processor.state import Loaded
@@ -90,6 +90,7 @@ def step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
         handler = ACTION_HANDLERS.get(type(action))
         if handler is not None:
             handler(b, item, action, now_ms)
+    cancels.after_turn(b, item, inbox, result)  # workers stop what it no longer waits for
     _refresh_meta(item, now_ms)
     b.save(meta)
     if meta.status is not None and meta.status.is_terminal:
@@ -112,8 +113,10 @@ def _run_turn(b: Batch, item: Loaded, inbox: list[Inbound], now_ms: int) -> Turn
 
 
 def _step(b: Batch, item: Loaded, inbox: list[Inbound], now_ms: int) -> TurnResult:
+    execution = b.execution(item)
+    cancels.before_turn(item, execution)
     try:
-        return b.execution(item).step(inbox, now_ms)
+        return execution.step(inbox, now_ms)
     except TurnEventsExceeded as exc:
         raise exc.error() from None
 

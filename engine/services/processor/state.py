@@ -130,6 +130,10 @@ class StatusCounts:
         return dict(self._counts)
 
 
+#: An open activity attempt: generation, attempt number, task queue.
+OpenAttempt = tuple[int, int, str]
+
+
 @dataclass
 class Loaded:
     """An instance as the batch sees it: its metadata row and, if running, its execution."""
@@ -139,6 +143,9 @@ class Loaded:
     inbox: list[Inbound] = field(default_factory=list)
     #: A parked instance's retry runs in this batch (set by ``parking``, never stored).
     retrying: bool = False
+    #: The activity attempts sent to workers and not settled, by task id (see
+    #: ``processor.cancels``; None: not known yet, read from the execution).
+    open_attempts: dict[int, OpenAttempt] | None = None
 
 
 class InstanceCache:
