@@ -28,7 +28,7 @@ def boom(x: int) -> None:
 @workflow(name="proc.hang")
 async def hang_flow(ctx: WorkflowContext, pid_file: str) -> str:
     try:
-        await ctx.call_activity("proc.hang", pid_file, retry=None, start_to_close=2)
+        await ctx.call_activity("proc.hang", pid_file, retry=None, start_to_close=5)
     except ActivityFailedError as exc:
         return str(exc)
     return "finished?"
