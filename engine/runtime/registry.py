@@ -49,6 +49,8 @@ class ActivityDefinition:
     is_async: bool = False
     #: The task queue its attempts go to when the call names none.
     task_queue: str = DEFAULT_TASK_QUEUE
+    #: At most this many attempts at once on each worker (0: only the worker's limit).
+    max_concurrency: int = 0
 
 
 def _describe(fn: Callable[..., Any]) -> str:
@@ -121,17 +123,29 @@ class Registry:
 
     @overload
     def activity(
-        self, fn: None = None, /, *, name: str | None = None, task_queue: str | None = None
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        task_queue: str | None = None,
+        max_concurrency: int = 0,
     ) -> Callable[[F], F]: ...
 
     def activity(
-        self, fn: F | None = None, /, *, name: str | None = None, task_queue: str | None = None
+        self,
+        fn: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        task_queue: str | None = None,
+        max_concurrency: int = 0,
     ) -> F | Callable[[F], F]:
         """Register an activity (sync or async); usable bare or as
-        ``@activity(name=..., task_queue=...)``."""
+        ``@activity(name=..., task_queue=..., max_concurrency=...)``."""
 
         def register(f: F) -> F:
-            self.add_activity(f, name=name, task_queue=task_queue)
+            self.add_activity(f, name=name, task_queue=task_queue, max_concurrency=max_concurrency)
             return f
 
         return register(fn) if fn is not None else register
@@ -168,11 +182,22 @@ class Registry:
         return definition
 
     def add_activity(
-        self, fn: Callable[..., Any], *, name: str | None = None, task_queue: str | None = None
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        task_queue: str | None = None,
+        max_concurrency: int = 0,
     ) -> ActivityDefinition:
         """Register ``fn`` as an activity (the non-decorator form); ``task_queue``: the
-        queue its attempts go to unless the call names one (default: ``default``)."""
+        queue its attempts go to unless the call names one (default: ``default``);
+        ``max_concurrency``: at most this many of its attempts at once per worker."""
         queue = check_task_queue(task_queue or DEFAULT_TASK_QUEUE)
+        if not isinstance(max_concurrency, int) or max_concurrency < 0:
+            raise RegistrationError(
+                f"max_concurrency of activity {name or fn!r} must be a whole number >= 0 "
+                f"(0: no limit of its own), got {max_concurrency!r}"
+            )
         name = name or getattr(fn, "__name__", "")
         if not name:
             raise RegistrationError("an activity needs a name: pass name=...")
@@ -182,7 +207,8 @@ class Registry:
                 f"activity {name!r} is already registered by {_describe(existing.fn)}; give "
                 f"{_describe(fn)} another name with @activity(name=...)"
             )
-        definition = ActivityDefinition(name, fn, inspect.iscoroutinefunction(fn), queue)
+        is_async = inspect.iscoroutinefunction(fn)
+        definition = ActivityDefinition(name, fn, is_async, queue, max_concurrency)
         self._activities[name] = definition
         self._activity_names[fn] = name
         _set_attr(fn, _ACTIVITY_ATTR, name)
@@ -333,15 +359,29 @@ class _Activity:
 
     @overload
     def __call__(
-        self, fn: None = None, /, *, name: str | None = None, task_queue: str | None = None
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        task_queue: str | None = None,
+        max_concurrency: int = 0,
     ) -> Callable[[F], F]: ...
 
     def __call__(
-        self, fn: F | None = None, /, *, name: str | None = None, task_queue: str | None = None
+        self,
+        fn: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        task_queue: str | None = None,
+        max_concurrency: int = 0,
     ) -> F | Callable[[F], F]:
         if fn is not None:
             return default_registry.activity(fn)
-        return default_registry.activity(name=name, task_queue=task_queue)
+        return default_registry.activity(
+            name=name, task_queue=task_queue, max_concurrency=max_concurrency
+        )
 
 
 activity = _Activity()

@@ -371,6 +371,11 @@ class Worker:
         self.offsets = OffsetTracker()
         self._backlog: deque[_Pending] = deque()
         self._unserved: list[_Unserved] = []
+        #: Per-worker limits of activities registered with max_concurrency, and how many
+        #: of each run now.
+        self._limits = {a.name: a.max_concurrency for a in registry.activities()}
+        self._limited = any(self._limits.values())
+        self._by_activity: dict[str, int] = {}
         #: Attempts running now, by (partition, offset, epoch) of their task.
         self._attempts: dict[tuple[int, int, int], Attempt] = {}
         self._done: queue.SimpleQueue[Completion] = queue.SimpleQueue()
@@ -531,10 +536,29 @@ class Worker:
         return message, ""
 
     def _start_backlog(self) -> None:
+        """Start waiting tasks in order while slots are free; a task whose activity is at
+        its own per-worker limit (``@activity(max_concurrency=N)``) waits, later tasks of
+        other activities go first."""
+        if not self._limited:
+            while self._backlog and self._running < self.concurrency:
+                self._launch(self._backlog.popleft())
+            return
+        waiting: deque[_Pending] = deque()
         while self._backlog and self._running < self.concurrency:
             pending = self._backlog.popleft()
-            self._running += 1
-            self._start(pending)
+            limit = self._limits.get(pending.task.name, 0)
+            if limit and self._by_activity.get(pending.task.name, 0) >= limit:
+                waiting.append(pending)
+                continue
+            self._launch(pending)
+        waiting.extend(self._backlog)
+        self._backlog = waiting
+
+    def _launch(self, pending: _Pending) -> None:
+        self._running += 1
+        name = pending.task.name
+        self._by_activity[name] = self._by_activity.get(name, 0) + 1
+        self._start(pending)
 
     def _start(self, p: _Pending) -> None:
         began = time.monotonic()
@@ -580,6 +604,8 @@ class Worker:
             return out
         while True:
             self._running -= 1
+            name = completion.task.name
+            self._by_activity[name] = self._by_activity.get(name, 1) - 1
             self._attempts.pop((completion.partition, completion.offset, completion.epoch), None)
             if self.observer is not None:
                 self.observer.finished(

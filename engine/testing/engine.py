@@ -492,7 +492,12 @@ def _with_replacements(
     out = Registry()
     for definition in registry.activities():
         if definition.name not in by_name:
-            out.add_activity(definition.fn, name=definition.name, task_queue=definition.task_queue)
+            out.add_activity(
+                definition.fn,
+                name=definition.name,
+                task_queue=definition.task_queue,
+                max_concurrency=definition.max_concurrency,
+            )
     for name, fn in by_name.items():
         out.add_activity(fn, name=name)
     return out
