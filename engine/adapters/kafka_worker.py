@@ -38,6 +38,7 @@ from engine.config.topics import topic_names
 from engine.core.errors import BrokerError
 from engine.core.task_queues import DEFAULT_TASK_QUEUE
 from engine.runtime.registry import Registry
+from engine.services.queue_limits import QueueLimits
 from engine.services.worker import (
     CommitPolicy,
     FlowAction,
@@ -86,6 +87,7 @@ class KafkaWorker:
         metrics: WorkerMetrics | None = None,
         task_queue: str = DEFAULT_TASK_QUEUE,
         executor: str = "thread",
+        queue_limits: QueueLimits | None = None,
     ) -> None:
         self.settings = settings
         self.topics = topic_names(settings.namespace)
@@ -103,6 +105,7 @@ class KafkaWorker:
             observer=self.metrics,
             task_queue=task_queue,
             executor=executor,
+            queue_limits=queue_limits,
         )
         self.metrics.attach_worker(self.worker)
         self.policy = CommitPolicy(commit_interval_s)
@@ -113,6 +116,8 @@ class KafkaWorker:
         self.pauses = 0
         self._paused = False
         self._repause = False
+        #: Partitions paused on their own (see _pause_crowded).
+        self._crowded: set[int] = set()
         self._last_error_log = 0.0
         self._consumer: Consumer | None = None
         self._producer: TransactionalProducer | None = None
@@ -151,6 +156,7 @@ class KafkaWorker:
         txn_id = worker_transactional_id(self.settings.namespace, self.worker_id, self.task_queue)
         partitions = ensure_task_queue_topics(self.settings, [self.task_queue])
         self.worker.source_partitions = partitions.get(self.source_topic, 1)
+        self.worker.queue_limits.set_partitions(self.worker.source_partitions, self.task_queue)
         self._producer = TransactionalProducer(self._producer_config(txn_id), txn_id)
         self._consumer = make_consumer(
             self._consumer_config(),
@@ -255,7 +261,22 @@ class KafkaWorker:
             self._paused = False
         elif self._paused and self._repause:
             self.consumer.pause(self.consumer.assignment())
+        if action is not FlowAction.NONE or self._repause:
+            self._crowded = set()  # every partition was just paused or resumed
         self._repause = False
+        if not self._paused and self.worker.queue_limits.active:
+            self._pause_crowded()
+
+    def _pause_crowded(self) -> None:
+        """Under a queue limit, pause each partition with enough tasks waiting: otherwise
+        the prefetch fills up from a few partitions and the others' shares go unused."""
+        crowded = self.worker.crowded_partitions()
+        pause, resume = crowded - self._crowded, self._crowded - crowded
+        if pause:
+            self.consumer.pause([TopicPartition(self.source_topic, p) for p in pause])
+        if resume:
+            resume_partitions(self.consumer, [TopicPartition(self.source_topic, p) for p in resume])
+        self._crowded = crowded
 
     # --- producing and committing -----------------------------------------------------------
 

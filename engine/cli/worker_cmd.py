@@ -40,6 +40,7 @@ from engine.core.task_queues import check_task_queue
 from engine.runtime.registry import default_registry
 from engine.services.activity_runner import EXECUTORS
 from engine.services.contracts import check_contracts
+from engine.services.queue_limits import QueueLimits
 
 __all__ = ["STOP_GRACE_S", "import_modules", "register", "stop_on_signals"]
 
@@ -74,6 +75,22 @@ def register(subparsers: SubParsers) -> None:
         'activities name ("default" for those that name none)',
     )
     worker.add_argument(
+        "--queue-rate",
+        action="append",
+        default=[],
+        metavar="QUEUE=N",
+        help="at most N activity starts per second on QUEUE across the whole fleet "
+        "(split over the queue's partitions; give every worker of the queue the same value)",
+    )
+    worker.add_argument(
+        "--queue-concurrency",
+        action="append",
+        default=[],
+        metavar="QUEUE=K",
+        help="at most K activities of QUEUE running at once across the whole fleet (split "
+        "over its partitions, so K must be at least its partition count)",
+    )
+    worker.add_argument(
         "--executor",
         choices=EXECUTORS,
         default="thread",
@@ -90,6 +107,24 @@ def register(subparsers: SubParsers) -> None:
     add_log_level_argument(worker)
     add_metrics_arguments(worker)
     worker.set_defaults(handler=_run_worker)
+
+
+def _per_queue(values: list[str], flag: str, *, whole: bool = False) -> dict[str, float]:
+    """``QUEUE=N`` flags as a mapping; a malformed one is a ConfigurationError."""
+    out: dict[str, float] = {}
+    for value in values:
+        queue, sep, number = value.partition("=")
+        try:
+            limit = float(int(number)) if whole else float(number)
+        except ValueError:
+            limit = -1.0
+        if not sep or limit <= 0:
+            kind = "a whole number" if whole else "a number"
+            raise ConfigurationError(
+                f"{flag} {value!r}: write QUEUE=N with N {kind} above 0, e.g. {flag} gpu=5"
+            )
+        out[check_task_queue(queue)] = limit
+    return out
 
 
 def import_modules(names: Iterable[str]) -> list[str]:
@@ -149,6 +184,8 @@ def _run_worker(args: argparse.Namespace) -> int:
     log.info("activities: %s", ", ".join(names))
     queues = [check_task_queue(q) for q in args.task_queues or default_registry.task_queues()]
     log.info("task queues: %s", ", ".join(queues))
+    rates = _per_queue(args.queue_rate, "--queue-rate")
+    caps = _per_queue(args.queue_concurrency, "--queue-concurrency", whole=True)
     metrics = WorkerMetrics(CollectorRegistry())
     workers = [
         KafkaWorker(
@@ -158,6 +195,7 @@ def _run_worker(args: argparse.Namespace) -> int:
             metrics=metrics,
             task_queue=queue,
             executor=args.executor,
+            queue_limits=QueueLimits(rates.get(queue, 0.0), int(caps.get(queue, 0))),
         )
         for queue in dict.fromkeys(queues)
     ]

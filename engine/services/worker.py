@@ -39,6 +39,7 @@ from engine.services.activity_attempts import CANCELLED_TYPE, Attempt, cancelled
 from engine.services.activity_runner import ActivityRunner
 from engine.services.activity_timeouts import TIMEOUT_TYPE, not_startable
 from engine.services.dead_letters import dead_letter_of
+from engine.services.queue_limits import QueueLimits
 from engine.services.records import RawRecord as TaskRecord
 
 __all__ = [
@@ -289,6 +290,9 @@ class _Pending:
     epoch: int
 
 
+#: Waiting tasks per partition at which a queue-limited worker pauses that partition.
+_PARTITION_BACKLOG = 8
+
 #: The header that counts how often a task went back to its queue unserved.
 REQUEUES_HEADER = "turnstile-requeues"
 #: How long an unserved task is held before it goes back to its queue: doubling per
@@ -350,6 +354,7 @@ class Worker:
         task_queue: str = DEFAULT_TASK_QUEUE,
         wall_ms: Callable[[], int] | None = None,
         executor: str = "thread",
+        queue_limits: QueueLimits | None = None,
     ) -> None:
         """``wall_ms``: the wall clock the timeouts are checked against, in epoch ms (the
         in-process test engine passes its manual clock; default: the system's)."""
@@ -375,6 +380,8 @@ class Worker:
         #: of each run now.
         self._limits = {a.name: a.max_concurrency for a in registry.activities()}
         self._limited = any(self._limits.values())
+        #: The queue's fleet-wide rate and concurrency, this worker's share per partition.
+        self.queue_limits = queue_limits or QueueLimits()
         self._by_activity: dict[str, int] = {}
         #: Attempts running now, by (partition, offset, epoch) of their task.
         self._attempts: dict[tuple[int, int, int], Attempt] = {}
@@ -422,9 +429,22 @@ class Worker:
         """Unserved tasks waiting to go back to their queue."""
         return len(self._unserved)
 
+    def crowded_partitions(self) -> set[int]:
+        """Partitions with at least ``_PARTITION_BACKLOG`` tasks waiting: under a queue
+        limit the adapter pauses them one by one, so that every partition's share of the
+        limit has tasks to start."""
+        counts: dict[int, int] = {}
+        for p in self._backlog:
+            counts[p.partition] = counts.get(p.partition, 0) + 1
+        return {p for p, n in counts.items() if n >= _PARTITION_BACKLOG}
+
     def flow(self, paused: bool) -> FlowAction:
         high = self.concurrency + self.prefetch
         low = self.concurrency if self.prefetch else self.concurrency - 1
+        if self.queue_limits.active:
+            # the waiting tasks are bounded per partition instead (crowded_partitions):
+            # a pause of all of them would starve the partitions with nothing waiting
+            return flow_action(self._running, self.concurrency, self.concurrency - 1, paused)
         return flow_action(self.load, high, low, paused)
 
     # --- input ------------------------------------------------------------------------------
@@ -539,25 +559,31 @@ class Worker:
         """Start waiting tasks in order while slots are free; a task whose activity is at
         its own per-worker limit (``@activity(max_concurrency=N)``) waits, later tasks of
         other activities go first."""
-        if not self._limited:
+        if not self._limited and not self.queue_limits.active:
             while self._backlog and self._running < self.concurrency:
                 self._launch(self._backlog.popleft())
             return
         waiting: deque[_Pending] = deque()
         while self._backlog and self._running < self.concurrency:
             pending = self._backlog.popleft()
-            limit = self._limits.get(pending.task.name, 0)
-            if limit and self._by_activity.get(pending.task.name, 0) >= limit:
+            if self._may_start(pending):
+                self._launch(pending)
+            else:
                 waiting.append(pending)
-                continue
-            self._launch(pending)
         waiting.extend(self._backlog)
         self._backlog = waiting
+
+    def _may_start(self, pending: _Pending) -> bool:
+        limit = self._limits.get(pending.task.name, 0)
+        if limit and self._by_activity.get(pending.task.name, 0) >= limit:
+            return False
+        return self.queue_limits.may_start(pending.partition)
 
     def _launch(self, pending: _Pending) -> None:
         self._running += 1
         name = pending.task.name
         self._by_activity[name] = self._by_activity.get(name, 0) + 1
+        self.queue_limits.started(pending.partition)
         self._start(pending)
 
     def _start(self, p: _Pending) -> None:
@@ -597,6 +623,8 @@ class Worker:
         for the first one); they are also kept in the outbox until committed."""
         out = self._requeue_due()
         self._check_heartbeats()
+        if self._backlog and self.queue_limits.rate:
+            self._start_backlog()  # tokens refill with time, not only when a task ends
         try:
             completion = self._done.get(timeout=wait_s) if wait_s > 0 else self._done.get_nowait()
         except queue.Empty:
@@ -606,6 +634,7 @@ class Worker:
             self._running -= 1
             name = completion.task.name
             self._by_activity[name] = self._by_activity.get(name, 1) - 1
+            self.queue_limits.finished(completion.partition)
             self._attempts.pop((completion.partition, completion.offset, completion.epoch), None)
             if self.observer is not None:
                 self.observer.finished(
