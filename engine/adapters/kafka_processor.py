@@ -26,6 +26,7 @@ even by the revocation that closing the consumer runs.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections import defaultdict
@@ -184,7 +185,11 @@ class ProcessorRunner:
             | settings.extra_kafka
         )
         self._producer = TransactionalProducer(producer, client_id)
-        self._queues = TaskQueueTopics(settings)
+
+    @functools.cached_property
+    def _queues(self) -> TaskQueueTopics:
+        """Creates a task queue's topic before the first batch that produces to it."""
+        return TaskQueueTopics(self.settings)
 
     # --- lifecycle --------------------------------------------------------------------------
 
