@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.core.errors import (
+    ActivityCancelledError,
     ActivityFailedError,
     ApplicationError,
     ChildWorkflowFailedError,
@@ -44,6 +45,7 @@ from engine.runtime.tasks import Task
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActivityCancelledError",
     "ActivityFailedError",
     "ApplicationError",
     "CancelledError",

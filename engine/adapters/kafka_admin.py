@@ -30,6 +30,9 @@ from engine.config.topics import (
     TopicsSpec,
     desired_topics,
     diff_topics,
+    load_spec,
+    topic_names,
+    with_task_queues,
 )
 from engine.core.errors import BrokerError, BrokerUnreachableError, TopicDriftError
 
@@ -217,3 +220,58 @@ def _settled(
         if not pending or time.monotonic() > deadline:
             return diff
         time.sleep(0.2)
+
+
+# --- task queues ----------------------------------------------------------------------------
+
+
+def ensure_task_queue_topics(
+    settings: Settings,
+    queues: Iterable[str],
+    *,
+    admin: Any = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> dict[str, int]:
+    """Create the topics of task queues that do not exist yet (declared like
+    ``activity-tasks``, see ``with_task_queues``); returns each queue topic's partition
+    count. The default queue's topic is the engine's own ``activity-tasks``, made by
+    ``topics apply``; it is only described here."""
+    queues = list(queues)
+    admin = admin or admin_for(settings)
+    spec = with_task_queues(load_spec(), queues)
+    names = topic_names(settings.namespace)
+    wanted = {names.task_queue(q) for q in queues}
+    desired = [t for t in desired_topics(spec, settings) if t.name in wanted]
+    try:
+        actual = describe(admin, [t.name for t in desired], timeout)
+        missing = [t for t in desired if t.name not in actual and t.logical != "activity-tasks"]
+        if missing:
+            _create(admin, missing, timeout)
+            actual = describe(admin, [t.name for t in desired], timeout)
+    except KafkaException as exc:
+        raise _broker_error(settings, "create the task queue topics", exc) from exc
+    return {name: topic.partitions for name, topic in actual.items()}
+
+
+class TaskQueueTopics:
+    """The processor's view of task-queue topics: before a batch produces to a queue topic
+    it has not seen, the topic is created if missing, so a call to a new task queue
+    never makes a transaction wait for a topic that does not exist (the partition would
+    stall). One admin request per new queue and process; known topics cost a set lookup."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._names = topic_names(settings.namespace)
+        self._known: set[str] = {self._names.activity_tasks}
+        self._admin: Any = None
+
+    def ensure(self, topics: Iterable[str]) -> None:
+        new = {t for t in topics if t not in self._known and self._names.is_task_queue(t)}
+        if not new:
+            return
+        prefix = self._names.activity_tasks + "."
+        if self._admin is None:
+            self._admin = admin_for(self._settings)
+        queues = [t[len(prefix) :] for t in new]
+        made = ensure_task_queue_topics(self._settings, queues, admin=self._admin)
+        self._known.update(t for t in new if t in made)

@@ -26,6 +26,7 @@ even by the revocation that closing the consumer runs.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections import defaultdict
@@ -42,6 +43,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from engine.adapters.kafka_admin import TaskQueueTopics
 from engine.adapters.kafka_config import consumer_config, transactional_producer_config
 from engine.adapters.kafka_deadline import ends_process_if_stuck
 from engine.adapters.kafka_io import (
@@ -189,6 +191,11 @@ class ProcessorRunner:
         )
         self._producer = TransactionalProducer(producer, client_id)
 
+    @functools.cached_property
+    def _queues(self) -> TaskQueueTopics:
+        """Creates a task queue's topic before the first batch that produces to it."""
+        return TaskQueueTopics(self.settings)
+
     # --- lifecycle --------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
@@ -315,6 +322,12 @@ class ProcessorRunner:
             self._apply(batches, [])  # nothing to make durable; opens the next batches
             return
         self.progress.outputs += len(outputs)
+        try:
+            self._queues.ensure(r.topic for _, r in outputs)  # a new task queue's topic
+        except BrokerError as exc:  # the broker is busy or away: redo the batch later
+            log.warning("could not create a task queue's topic, redoing the batch: %s", exc)
+            self._rollback()
+            return
         try:
             self._producer.begin()
             # 5. produce the batch's output inside the transaction (a record over the

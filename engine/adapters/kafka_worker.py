@@ -21,6 +21,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
+from engine.adapters.kafka_admin import ensure_task_queue_topics
 from engine.adapters.kafka_config import consumer_config, transactional_producer_config
 from engine.adapters.kafka_deadline import ends_process_if_stuck
 from engine.adapters.kafka_io import (
@@ -36,7 +37,9 @@ from engine.adapters.tracing import trace_header
 from engine.config.settings import Settings
 from engine.config.topics import topic_names
 from engine.core.errors import BrokerError
+from engine.core.task_queues import DEFAULT_TASK_QUEUE
 from engine.runtime.registry import Registry
+from engine.services.queue_limits import QueueLimits
 from engine.services.tracing import TraceHook
 from engine.services.worker import (
     CommitPolicy,
@@ -46,7 +49,7 @@ from engine.services.worker import (
     Worker,
 )
 
-__all__ = ["KafkaWorker", "worker_transactional_id"]
+__all__ = ["KafkaWorker", "run_loops", "worker_transactional_id"]
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +63,13 @@ _ERROR_LOG_EVERY_S = 30.0
 CLOSE_S = 60.0
 
 
-def worker_transactional_id(namespace: str, worker_id: str) -> str:
-    """Stable per worker id, so a restarted worker fences its previous incarnation."""
-    return f"{namespace}.worker.{worker_id}"
+def worker_transactional_id(
+    namespace: str, worker_id: str, task_queue: str = DEFAULT_TASK_QUEUE
+) -> str:
+    """Stable per worker id (and task queue: one loop per queue), so a restarted worker
+    fences its previous incarnation."""
+    base = f"{namespace}.worker.{worker_id}"
+    return base if task_queue == DEFAULT_TASK_QUEUE else f"{base}.{task_queue}"
 
 
 class KafkaWorker:
@@ -81,21 +88,30 @@ class KafkaWorker:
         consumer_overrides: dict[str, Any] | None = None,
         metrics: WorkerMetrics | None = None,
         tracing: TraceHook | None = None,
+        task_queue: str = DEFAULT_TASK_QUEUE,
+        executor: str = "thread",
+        queue_limits: QueueLimits | None = None,
     ) -> None:
         self.settings = settings
         self.topics = topic_names(settings.namespace)
+        self.task_queue = task_queue
+        #: The topic of the task queue this loop serves.
+        self.source_topic = self.topics.task_queue(task_queue)
         self.worker_id = worker_id or settings.worker_id
         self.metrics = metrics or WorkerMetrics()
         self.worker = Worker(
             registry,
-            source_topic=self.topics.activity_tasks,
+            source_topic=self.source_topic,
             concurrency=concurrency or settings.worker_concurrency,
             prefetch=prefetch,
             worker_id=self.worker_id,
             observer=self.metrics,
             tracing=tracing,
+            task_queue=task_queue,
+            executor=executor,
+            queue_limits=queue_limits,
         )
-        self.metrics.attach(lambda: self.worker.running, lambda: self.worker.queued)
+        self.metrics.attach_worker(self.worker)
         self.policy = CommitPolicy(commit_interval_s)
         self.shutdown_timeout_s = shutdown_timeout_s
         self.consumer_overrides = dict(consumer_overrides or {})
@@ -104,6 +120,8 @@ class KafkaWorker:
         self.pauses = 0
         self._paused = False
         self._repause = False
+        #: Partitions paused on their own (see _pause_crowded).
+        self._crowded: set[int] = set()
         self._last_error_log = 0.0
         self._consumer: Consumer | None = None
         self._producer: TransactionalProducer | None = None
@@ -116,7 +134,7 @@ class KafkaWorker:
         return consumer_config(
             s.bootstrap_servers,
             s.worker_group,
-            client_id=f"{s.namespace}.worker.{self.worker_id}",
+            client_id=worker_transactional_id(s.namespace, self.worker_id, self.task_queue),
             **{
                 "partition.assignment.strategy": "cooperative-sticky",
                 "fetch.wait.max.ms": 10,
@@ -139,11 +157,14 @@ class KafkaWorker:
         )
 
     def _connect(self) -> None:
-        txn_id = worker_transactional_id(self.settings.namespace, self.worker_id)
+        txn_id = worker_transactional_id(self.settings.namespace, self.worker_id, self.task_queue)
+        partitions = ensure_task_queue_topics(self.settings, [self.task_queue])
+        self.worker.source_partitions = partitions.get(self.source_topic, 1)
+        self.worker.queue_limits.set_partitions(self.worker.source_partitions, self.task_queue)
         self._producer = TransactionalProducer(self._producer_config(txn_id), txn_id)
         self._consumer = make_consumer(
             self._consumer_config(),
-            [self.topics.activity_tasks],
+            [self.source_topic],
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
@@ -169,7 +190,7 @@ class KafkaWorker:
         log.info(
             "worker %s consuming %s (group %s, concurrency %d)",
             self.worker_id,
-            self.topics.activity_tasks,
+            self.source_topic,
             self.settings.worker_group,
             self.worker.concurrency,
         )
@@ -232,7 +253,7 @@ class KafkaWorker:
                     f" (create the engine's topics first: turnstile topics apply --namespace "
                     f"{self.settings.namespace})"
                 )
-            log.warning("consumer error on %s: %s%s", self.topics.activity_tasks, error, hint)
+            log.warning("consumer error on %s: %s%s", self.source_topic, error, hint)
 
     def _apply_flow(self) -> None:
         action = self.worker.flow(self._paused)
@@ -245,7 +266,22 @@ class KafkaWorker:
             self._paused = False
         elif self._paused and self._repause:
             self.consumer.pause(self.consumer.assignment())
+        if action is not FlowAction.NONE or self._repause:
+            self._crowded = set()  # every partition was just paused or resumed
         self._repause = False
+        if not self._paused and self.worker.queue_limits.active:
+            self._pause_crowded()
+
+    def _pause_crowded(self) -> None:
+        """Under a queue limit, pause each partition with enough tasks waiting: otherwise
+        the prefetch fills up from a few partitions and the others' shares go unused."""
+        crowded = self.worker.crowded_partitions()
+        pause, resume = crowded - self._crowded, self._crowded - crowded
+        if pause:
+            self.consumer.pause([TopicPartition(self.source_topic, p) for p in pause])
+        if resume:
+            resume_partitions(self.consumer, [TopicPartition(self.source_topic, p) for p in resume])
+        self._crowded = crowded
 
     # --- producing and committing -----------------------------------------------------------
 
@@ -271,6 +307,11 @@ class KafkaWorker:
                 self._produce(self.worker.replace_rejected(record, str(exc)))
 
     def _produce(self, record: Outbound) -> None:
+        if record.requeue_to is not None:  # an unserved task back onto its own queue
+            self.producer.produce(
+                self.source_topic, record.key, record.value, record.requeue_to, record.headers
+            )
+            return
         topic = self.topics.dead_letters if record.dead else self.topics.activity_results
         self.producer.produce(topic, record.key, record.value, headers=record.headers or None)
 
@@ -281,9 +322,7 @@ class KafkaWorker:
         try:
             if not self.producer.in_transaction:
                 self.producer.begin()
-            positions = [
-                TopicPartition(self.topics.activity_tasks, p, o) for p, o in offsets.items()
-            ]
+            positions = [TopicPartition(self.source_topic, p, o) for p, o in offsets.items()]
             self.producer.send_offsets(positions, self.consumer.consumer_group_metadata())
             self.producer.commit()
         except AbortedTransaction as exc:
@@ -293,10 +332,10 @@ class KafkaWorker:
         self.worker.committed(offsets)
         self.transactions += 1
         for p, offset in offsets.items():
-            tp = TopicPartition(self.topics.activity_tasks, p)
+            tp = TopicPartition(self.source_topic, p)
             _, high = self.consumer.get_watermark_offsets(tp, cached=True)
             if high >= 0:
-                self.metrics.consumer_lag(p, high - offset)
+                self.metrics.consumer_lag(p, high - offset, self.task_queue)
 
     def _recover(self, cause: BaseException) -> None:
         """After an abort: produce the worker's uncommitted output again in a new transaction
@@ -342,7 +381,7 @@ class KafkaWorker:
         self._send(self.worker.collect())
         self._commit()
         self.worker.revoked(tp.partition for tp in partitions)
-        self.metrics.partitions_dropped(tp.partition for tp in partitions)
+        self.metrics.partitions_dropped((tp.partition for tp in partitions), self.task_queue)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Lost partitions can no longer take offsets: abort and re-produce the rest."""
@@ -386,3 +425,31 @@ class KafkaWorker:
                 except Exception as exc:
                     log.warning("closing the producer failed: %s", exc)
         self.worker.shutdown()
+
+
+def run_loops(workers: list[KafkaWorker], stop: threading.Event) -> None:
+    """Run one loop per task queue until ``stop`` is set. Each queue has its own consumer
+    and transactional producer, so a busy queue never holds up another; if one loop
+    fails, the others stop too and the first error is raised."""
+    if len(workers) == 1:
+        workers[0].run(stop)
+        return
+    errors: list[BaseException] = []
+
+    def run(worker: KafkaWorker) -> None:
+        try:
+            worker.run(stop)
+        except BaseException as exc:
+            errors.append(exc)
+            stop.set()
+
+    threads = [
+        threading.Thread(target=run, args=(w,), name=f"worker-{w.task_queue}") for w in workers
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.2)  # the main thread keeps handling signals meanwhile
+    if errors:
+        raise errors[0]

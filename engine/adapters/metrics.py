@@ -311,6 +311,16 @@ def _labelled(family: F, values: Mapping[tuple[str, ...], int]) -> F:
     return family
 
 
+class WorkerLoad(Protocol):
+    """What the load gauges read of a worker loop."""
+
+    @property
+    def running(self) -> int: ...
+
+    @property
+    def queued(self) -> int: ...
+
+
 class WorkerMetrics:
     """An activity worker's metrics; implements the worker's ``ActivityObserver``."""
 
@@ -356,10 +366,30 @@ class WorkerMetrics:
             )
         )
 
+        self.unserved_tasks = _Children(
+            Counter(
+                "turnstile_activity_unserved",
+                "Tasks of activities this worker does not register, put back on their task "
+                "queue for a worker that does",
+                ["activity", "task_queue"],
+                registry=r,
+            )
+        )
+        self._workers: list[WorkerLoad] = []
+
     def attach(self, in_flight: Callable[[], int], queued: Callable[[], int]) -> None:
         """Read the worker's load at scrape time."""
         self.in_flight.set_function(in_flight)
         self.queue_depth.set_function(queued)
+
+    def attach_worker(self, worker: WorkerLoad) -> None:
+        """Add a worker loop (one per task queue) whose load the gauges sum at scrape time."""
+        workers = self._workers
+        workers.append(worker)
+        self.attach(lambda: sum(w.running for w in workers), lambda: sum(w.queued for w in workers))
+
+    def unserved(self, activity: str, task_queue: str) -> None:
+        self.unserved_tasks(activity, task_queue).inc()
 
     def started(self, activity: str) -> None:
         self.attempts(activity).inc()
@@ -368,12 +398,18 @@ class WorkerMetrics:
         self.results(activity, result).inc()
         self.duration(activity).observe(duration_s)
 
-    def consumer_lag(self, partition: int, lag: int) -> None:
-        self.lag(str(partition)).set(max(lag, 0))
+    def consumer_lag(self, partition: int, lag: int, task_queue: str = "default") -> None:
+        self.lag(_lag_label(partition, task_queue)).set(max(lag, 0))
 
-    def partitions_dropped(self, partitions: Iterable[int]) -> None:
+    def partitions_dropped(self, partitions: Iterable[int], task_queue: str = "default") -> None:
         for p in partitions:
-            self.lag.remove(str(p))
+            self.lag.remove(_lag_label(p, task_queue))
+
+
+def _lag_label(partition: int, task_queue: str) -> str:
+    """The ``partition`` label: the number on the default queue, ``<queue>/<number>`` on
+    the others (one worker process may serve several task queues)."""
+    return str(partition) if task_queue == "default" else f"{task_queue}/{partition}"
 
 
 # --- the endpoint ------------------------------------------------------------------------------

@@ -405,4 +405,6 @@ def _print_state(state: InstanceState, as_json: bool) -> None:
             lines.append(f"{key + ':':<14}{json.dumps(data[key])}")
     if state.failure is not None:
         lines.append(f"failure:      {state.failure}")
+    if state.unserved:
+        lines.append(f"unserved:     {state.unserved}")
     print("\n".join(lines))

@@ -17,7 +17,7 @@ from engine.adapters import kafka_admin
 from engine.cli import SubParsers
 from engine.cli.options import add_settings_arguments, connected_settings
 from engine.config.settings import Settings
-from engine.config.topics import Drift, TopicDiff, TopicsSpec, load_spec
+from engine.config.topics import Drift, TopicDiff, TopicsSpec, load_spec, with_task_queues
 
 
 def register(subparsers: SubParsers) -> None:
@@ -70,6 +70,15 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--spec", metavar="FILE", help="topics spec (default: the installed topics.toml)"
     )
+    group.add_argument(
+        "--task-queue",
+        action="append",
+        dest="task_queues",
+        default=[],
+        metavar="QUEUE",
+        help="also the topic of this task queue, <namespace>.activity-tasks.QUEUE, declared "
+        "like activity-tasks (repeatable; workers and processors also create it on first use)",
+    )
     group.add_argument("--json", action="store_true", help="print one JSON object")
     group.add_argument(
         "--timeout", type=float, default=kafka_admin.DEFAULT_TIMEOUT, help="seconds per request"
@@ -77,7 +86,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def _inputs(args: argparse.Namespace) -> tuple[TopicsSpec, Settings]:
-    spec = load_spec(args.spec)
+    spec = with_task_queues(load_spec(args.spec), args.task_queues)
     settings = connected_settings(
         args,
         within_s=args.timeout,

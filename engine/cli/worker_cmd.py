@@ -21,7 +21,7 @@ from types import FrameType
 from prometheus_client import CollectorRegistry
 
 from engine.adapters.kafka_deadline import end_process_stuck
-from engine.adapters.kafka_worker import KafkaWorker
+from engine.adapters.kafka_worker import KafkaWorker, run_loops
 from engine.adapters.metrics import WorkerMetrics
 from engine.cli import SubParsers
 from engine.cli.observe import metrics_endpoint
@@ -37,8 +37,11 @@ from engine.cli.options import (
 from engine.cli.run_group import run_subparsers
 from engine.cli.traces import process_tracing
 from engine.core.errors import ConfigurationError
+from engine.core.task_queues import check_task_queue
 from engine.runtime.registry import default_registry
+from engine.services.activity_runner import EXECUTORS
 from engine.services.contracts import check_contracts
+from engine.services.queue_limits import QueueLimits
 
 __all__ = ["STOP_GRACE_S", "import_modules", "register", "stop_on_signals"]
 
@@ -65,6 +68,38 @@ def register(subparsers: SubParsers) -> None:
         "worker-0: give each worker its own)",
     )
     worker.add_argument(
+        "--task-queue",
+        action="append",
+        dest="task_queues",
+        metavar="QUEUE",
+        help="consume this task queue (repeatable); default: the queues the registered "
+        'activities name ("default" for those that name none)',
+    )
+    worker.add_argument(
+        "--queue-rate",
+        action="append",
+        default=[],
+        metavar="QUEUE=N",
+        help="at most N activity starts per second on QUEUE across the whole fleet "
+        "(split over the queue's partitions; give every worker of the queue the same value)",
+    )
+    worker.add_argument(
+        "--queue-concurrency",
+        action="append",
+        default=[],
+        metavar="QUEUE=K",
+        help="at most K activities of QUEUE running at once across the whole fleet (split "
+        "over its partitions, so K must be at least its partition count)",
+    )
+    worker.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="thread",
+        help="where sync activities run: 'thread' (default; one past its start-to-close "
+        "timeout is abandoned and its thread runs on) or 'process' (a child process per "
+        "attempt, killed at its timeout; the activity must be a module-level function)",
+    )
+    worker.add_argument(
         "--shutdown-timeout",
         type=float,
         default=30.0,
@@ -73,6 +108,24 @@ def register(subparsers: SubParsers) -> None:
     add_log_level_argument(worker)
     add_metrics_arguments(worker)
     worker.set_defaults(handler=_run_worker)
+
+
+def _per_queue(values: list[str], flag: str, *, whole: bool = False) -> dict[str, float]:
+    """``QUEUE=N`` flags as a mapping; a malformed one is a ConfigurationError."""
+    out: dict[str, float] = {}
+    for value in values:
+        queue, sep, number = value.partition("=")
+        try:
+            limit = float(int(number)) if whole else float(number)
+        except ValueError:
+            limit = -1.0
+        if not sep or limit <= 0:
+            kind = "a whole number" if whole else "a number"
+            raise ConfigurationError(
+                f"{flag} {value!r}: write QUEUE=N with N {kind} above 0, e.g. {flag} gpu=5"
+            )
+        out[check_task_queue(queue)] = limit
+    return out
 
 
 def import_modules(names: Iterable[str]) -> list[str]:
@@ -130,21 +183,31 @@ def _run_worker(args: argparse.Namespace) -> int:
     names = sorted(a.name for a in default_registry.activities())
     require_registered(names, "activities")
     log.info("activities: %s", ", ".join(names))
+    queues = [check_task_queue(q) for q in args.task_queues or default_registry.task_queues()]
+    log.info("task queues: %s", ", ".join(queues))
+    rates = _per_queue(args.queue_rate, "--queue-rate")
+    caps = _per_queue(args.queue_concurrency, "--queue-concurrency", whole=True)
     metrics = WorkerMetrics(CollectorRegistry())
-    worker = KafkaWorker(
-        settings,
-        default_registry,
-        shutdown_timeout_s=args.shutdown_timeout,
-        metrics=metrics,
-        tracing=process_tracing(),
-    )
+    workers = [
+        KafkaWorker(
+            settings,
+            default_registry,
+            shutdown_timeout_s=args.shutdown_timeout,
+            metrics=metrics,
+            task_queue=queue,
+            executor=args.executor,
+            queue_limits=QueueLimits(rates.get(queue, 0.0), int(caps.get(queue, 0))),
+            tracing=process_tracing(),
+        )
+        for queue in dict.fromkeys(queues)
+    ]
     stop = threading.Event()
     with (
         metrics_endpoint(args, metrics.registry, lambda: True),
         stop_on_signals(stop, STOP_GRACE_S + args.shutdown_timeout),
     ):
-        worker.run(stop)
-    if worker.worker.running:
+        run_loops(workers, stop)
+    if any(w.worker.running for w in workers):
         # Threads running user code cannot be interrupted; do not hang the exit on them.
         sys.stdout.flush()
         sys.stderr.flush()

@@ -26,6 +26,7 @@ from engine.core.history import EVENT_TYPES, HistoryEvent, ParentClosePolicy, Ru
 from engine.core.instance_row import InstanceRow, Parked, PendingEvent, RunningChild, SeenRequest
 from engine.core.messages import (
     COMMAND_BODY_TYPES,
+    ActivityCancel,
     ActivityResult,
     ActivityTask,
     ChildResult,
@@ -49,6 +50,7 @@ MESSAGE_RECORD_TYPES: tuple[type[Message], ...] = (
     InstanceStatus,
     DeadLetter,
     CommandOutcome,
+    ActivityCancel,
 )
 
 _PLAIN_RECORDS: dict[str, type] = {

@@ -37,6 +37,7 @@ MESSAGE_SCHEMAS = (
     "InstanceStatus",
     "DeadLetter",
     "CommandOutcome",
+    "ActivityCancel",
 )
 #: The processor's own table rows (state changelog), not messages between components.
 INSTANCE_ROW = "InstanceRow"

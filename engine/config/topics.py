@@ -23,6 +23,7 @@ from engine.codec.contracts import TOPICS, contract_dir
 from engine.config.settings import Settings
 from engine.core.errors import ConfigurationError
 from engine.core.limits import RECORD_OVERHEAD
+from engine.core.task_queues import DEFAULT_TASK_QUEUE, check_task_queue
 
 MIN_INSYNC = "min.insync.replicas"
 MAX_MESSAGE = "max.message.bytes"
@@ -48,6 +49,17 @@ class TopicNames:
 
     def names(self) -> tuple[str, ...]:
         return tuple(getattr(self, f.name) for f in fields(self))
+
+    def task_queue(self, queue: str) -> str:
+        """The topic of a task queue: ``activity_tasks`` itself for the default queue,
+        ``<activity_tasks>.<queue>`` for the others."""
+        if queue == DEFAULT_TASK_QUEUE:
+            return self.activity_tasks
+        return f"{self.activity_tasks}.{check_task_queue(queue)}"
+
+    def is_task_queue(self, topic: str) -> bool:
+        """Whether ``topic`` is the topic of some task queue of this namespace."""
+        return topic == self.activity_tasks or topic.startswith(self.activity_tasks + ".")
 
 
 def logical_names() -> tuple[str, ...]:
@@ -92,6 +104,25 @@ class TopicsSpec:
             if topic.name == name:
                 return topic
         raise ConfigurationError(f"topic {name!r} is not in the topics spec {self.source}")
+
+
+def with_task_queues(spec: TopicsSpec, queues: Iterable[str]) -> TopicsSpec:
+    """The spec plus one topic per task queue (other than the default), each declared
+    like ``activity-tasks`` (its partitions and configs): ``topics apply --task-queue``,
+    and the processor and the workers when they meet a queue whose topic is missing."""
+    base = spec.topic("activity-tasks")
+    have = {t.name for t in spec.topics}
+    extra = tuple(
+        TopicSpec(
+            f"{base.name}.{q}",
+            f"Activity attempts of task queue {q!r}.",
+            base.partitions,
+            base.config,
+        )
+        for q in sorted({check_task_queue(q) for q in queues} - {DEFAULT_TASK_QUEUE})
+        if f"{base.name}.{q}" not in have
+    )
+    return TopicsSpec(spec.topics + extra, spec.copartitioned, spec.source)
 
 
 def default_spec_path() -> Path:

@@ -1,24 +1,85 @@
 """What an activity knows about the attempt it is running: ``current_activity()``.
 
 An activity body runs at least once - a worker that crashes after running it but before
-committing its result will see the task again - so code with side effects needs a key that
-stays the same across such redeliveries to hand to external systems (a payment API's
-idempotency key, a unique constraint). The worker sets a context variable around each call,
-so the activity does not have to declare a parameter for it; it works the same for sync
-activities (run in a thread) and async ones (run on the worker's event loop).
+committing its result will see the task again, and a retry follows an attempt that timed
+out even if it did its work - so code with side effects needs a key that stays the same
+across redeliveries and retries of one call to hand to external systems (a payment API's
+idempotency key, a unique constraint); the attempt number is a separate field. The worker
+sets a context variable around each call, so the activity does not have to declare a
+parameter for it; it works the same for sync activities (run in a thread) and async ones
+(run on the worker's event loop).
 """
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
-from engine.core.errors import TurnstileError
+from engine.core.errors import ActivityCancelledError, TurnstileError
 from engine.core.messages import ActivityTask
+from engine.core.payloads import Payload, from_payload, to_payload
 
-__all__ = ["ActivityContext", "activity_scope", "current_activity", "in_activity"]
+__all__ = [
+    "ActivityContext",
+    "AttemptControl",
+    "activity_scope",
+    "current_activity",
+    "heartbeat",
+    "in_activity",
+    "is_cancelled",
+]
+
+
+class AttemptControl:
+    """What activity code and the worker share while one attempt runs: the last heartbeat
+    (time and details) and whether the attempt was cancelled.
+
+    ``heartbeat`` only writes memory under a lock - the worker reads it between polls, so
+    heartbeats cost no record, let alone a transaction, whatever their rate. A heartbeat
+    after a cancellation raises :class:`ActivityCancelledError` (how a sync activity learns
+    that the workflow stopped waiting).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.last_beat = clock()
+        self.beats = 0
+        self.details: Payload | None = None
+        #: Why the attempt was cancelled ("": it was not).
+        self.cancelled = ""
+        #: Called with each beat's payload (the process executor forwards it to the parent).
+        self.forward: Callable[[Payload | None], None] | None = None
+
+    def beat(self, details: Any = None) -> None:
+        payload = None if details is None else to_payload(details)
+        self.record(payload)
+        if self.forward is not None:
+            self.forward(payload)
+        if self.cancelled:
+            raise ActivityCancelledError(
+                f"the attempt was cancelled ({self.cancelled}); let this error end it"
+            )
+
+    def record(self, payload: Payload | None) -> None:
+        with self._lock:
+            self.last_beat = self._clock()
+            self.beats += 1
+            if payload is not None:
+                self.details = payload
+
+    def silent_for(self) -> float:
+        """Seconds since the last heartbeat (or the start)."""
+        with self._lock:
+            return self._clock() - self.last_beat
+
+    def cancel(self, reason: str) -> None:
+        self.cancelled = reason or "cancelled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +88,7 @@ class ActivityContext:
 
     task: ActivityTask
     worker_id: str = ""
+    control: AttemptControl | None = None
 
     @property
     def instance_id(self) -> str:
@@ -50,8 +112,25 @@ class ActivityContext:
 
     @property
     def idempotency_key(self) -> str:
-        """``instance/generation/task id/attempt``: equal for redeliveries of this attempt."""
+        """``instance/generation/task id``: the same for every attempt of this call (and
+        every redelivery); see :attr:`attempt` for which attempt runs."""
         return self.task.idempotency_key
+
+    @property
+    def heartbeat_details(self) -> Any:
+        """The details of the previous attempt's last heartbeat (None on a first attempt
+        or when it sent none): the checkpoint to resume from."""
+        return from_payload(self.task.heartbeat_details)
+
+    def heartbeat(self, details: Any = None) -> None:
+        """Report progress (``details``: a JSON-encodable checkpoint, kept for the next
+        attempt); raises :class:`ActivityCancelledError` once the attempt is cancelled."""
+        if self.control is not None:
+            self.control.beat(details)
+
+    def is_cancelled(self) -> bool:
+        """Whether the workflow stopped waiting for this attempt (or it timed out)."""
+        return self.control is not None and bool(self.control.cancelled)
 
 
 _CURRENT: contextvars.ContextVar[ActivityContext | None] = contextvars.ContextVar(
@@ -72,6 +151,16 @@ def current_activity() -> ActivityContext:
             "a worker runs the activity (tests can use engine.core.activity_info.activity_scope)"
         )
     return info
+
+
+def heartbeat(details: Any = None) -> None:
+    """``current_activity().heartbeat(details)``: from sync and async activities alike."""
+    current_activity().heartbeat(details)
+
+
+def is_cancelled() -> bool:
+    """``current_activity().is_cancelled()``."""
+    return current_activity().is_cancelled()
 
 
 def in_activity() -> bool:

@@ -158,6 +158,16 @@ class ApplicationError(WorkflowFailure):
         self.non_retryable = non_retryable
 
 
+# --- activity attempts (raised inside activity code, on the worker) --------------------------
+
+
+class ActivityCancelledError(TurnstileError):
+    """The workflow stopped waiting for this activity attempt (a when_any loser, a timeout,
+    a termination, the instance ended) or its heartbeat timed out: ``activity.heartbeat()``
+    raises it, so a sync activity stops at its next heartbeat. Let it propagate (clean up
+    in ``finally``); the worker records the attempt as cancelled, not failed."""
+
+
 # --- codec --------------------------------------------------------------------------------
 
 

@@ -146,6 +146,9 @@ class TaskFailed(EventBody):
     task_id: int
     failure: FailureDetails
     attempt: int = 1
+    #: The attempt's last heartbeat details, handed to the next attempt (JSON histories
+    #: leave it out while it is empty, ``OMIT_EMPTY``).
+    details: Payload | None = field(default=None, metadata={OMIT_EMPTY: True})
 
 
 @dataclass(frozen=True, slots=True)

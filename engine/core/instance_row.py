@@ -97,6 +97,8 @@ class InstanceRow:
     #: terminate reaches them all, also those started before a continue-as-new; a failure
     #: the processor records applies the current generation's parent-close policies).
     children: list[RunningChild] = field(default_factory=list)
+    #: An activity it waits for that a worker reported it does not serve ("": none).
+    unserved: str = ""
 
     @property
     def exists(self) -> bool:
@@ -118,4 +120,5 @@ class InstanceRow:
             parent_instance_id=self.parent_instance_id,
             tags=dict(self.tags),
             request_id=self.request_id,
+            unserved=self.unserved,
         )

@@ -156,13 +156,41 @@ class ActivityTask(Message):
     attempt: int = 1
     name: str = ""
     input: Payload | None = None
+    #: The start-to-close timeout of the attempt, from when a worker starts it (0: none).
     timeout_ms: int = 0
     scheduled_ms: int = 0
+    task_queue: str = "default"
+    schedule_to_start_ms: int = 0
+    #: When the workflow stops waiting for the attempt, epoch ms; 0: never.
+    deadline_ms: int = 0
+    heartbeat_timeout_ms: int = 0
+    #: The previous attempt's last heartbeat details: a checkpoint to resume from.
+    heartbeat_details: Payload | None = None
 
     @property
     def idempotency_key(self) -> str:
-        """Stable across redeliveries of this attempt; hand it to external systems."""
-        return f"{self.instance_id}/{self.generation}/{self.task_id}/{self.attempt}"
+        """``instance/generation/task id``: one per activity call, the same for every
+        attempt and redelivery of it (a retry after a timed-out attempt that did succeed
+        must not pay twice); ``attempt`` says which attempt this is."""
+        return f"{self.instance_id}/{self.generation}/{self.task_id}"
+
+    @property
+    def attempt_label(self) -> str:
+        """The call and its attempt, for log lines: ``instance/generation/task#attempt``."""
+        return f"{self.idempotency_key}#{self.attempt}"
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityCancel(Message):
+    """The workflow stopped waiting for this attempt: the worker running it stops it. It
+    travels on the attempt's task-queue topic, keyed by instance id, so it reaches the
+    worker that owns the task's partition, after the task itself."""
+
+    KIND: ClassVar[str] = "ActivityCancel"
+    generation: int = 0
+    task_id: int = 0
+    attempt: int = 1
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +201,11 @@ class ActivityResult(Message):
     attempt: int = 1
     output: Payload | None = None
     failure: FailureDetails | None = None
+    #: Set instead of an outcome by a worker that received the task but does not register
+    #: the activity (it put the task back on its queue for a worker that does).
+    unserved: str = ""
+    #: A failed attempt's last heartbeat details (for the next attempt).
+    details: Payload | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +226,8 @@ class InstanceStatus(Message):
     parent_instance_id: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
     request_id: str = ""
+    #: An activity it waits for that a worker reported it does not serve ("": none).
+    unserved: str = ""
 
 
 class CommandResult(StrEnum):

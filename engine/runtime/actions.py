@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from engine.core.failure import FailureDetails
 from engine.core.history import HistoryEvent, Inbound, ParentClosePolicy, RuntimeStatus
 from engine.core.payloads import Payload
+from engine.core.task_queues import DEFAULT_TASK_QUEUE
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,8 +29,19 @@ class ScheduleActivity(Action):
     name: str
     input: Payload | None
     attempt: int
+    #: The start-to-close timeout the worker enforces (0: none).
     timeout_ms: int
     generation: int = field(kw_only=True)
+    #: The task queue (and so the topic) the attempt goes to.
+    task_queue: str = field(default=DEFAULT_TASK_QUEUE, kw_only=True)
+    #: A worker that takes the attempt later than this after scheduling fails it (0: never).
+    schedule_to_start_ms: int = field(default=0, kw_only=True)
+    #: When the workflow stops waiting for the attempt (its timer or the call's
+    #: schedule-to-close), epoch ms; 0: never.
+    deadline_ms: int = field(default=0, kw_only=True)
+    heartbeat_timeout_ms: int = field(default=0, kw_only=True)
+    #: The previous attempt's last heartbeat details.
+    heartbeat_details: Payload | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +49,8 @@ class CancelActivity(Action):
     """The workflow stopped waiting for this running attempt (``ActivityCancelRequested``
     is in history): whoever runs the attempt may stop it; its late result is rejected.
 
-    ``idempotency_key`` is the attempt's (the ``ActivityTask``'s), so a worker finds the
-    attempt it runs by it.
+    ``idempotency_key`` is the call's (the ``ActivityTask``'s: the same for every attempt),
+    ``attempt`` says which attempt is cancelled.
     """
 
     task_id: int

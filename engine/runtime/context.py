@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from engine.core.history import ParentClosePolicy
 from engine.core.typed import return_type
+from engine.runtime.activity_options import activity_options
 from engine.runtime.durable import ActivityCall, ChildTask
 from engine.runtime.fastjson import encode as _payload
 from engine.runtime.generation import ContinueAsNewRequested
@@ -147,18 +148,35 @@ class WorkflowContext:
         *,
         retry: RetryPolicy | None = DEFAULT_RETRY,
         timeout: float | timedelta | None = None,
+        task_queue: str | None = None,
+        start_to_close: float | timedelta | None = None,
+        schedule_to_start: float | timedelta | None = None,
+        schedule_to_close: float | timedelta | None = None,
+        heartbeat_timeout: float | timedelta | None = None,
     ) -> Task[Any]:
         """Schedule an activity; await the task for its result.
 
-        ``retry=None`` makes a single attempt. ``timeout`` is a start-to-close timeout per
-        attempt, in seconds (``None`` or 0: none); a timed-out attempt fails (retryably).
-        When the policy gives up, the task raises :class:`ActivityFailedError` with the
-        last failure's details.
+        ``retry=None`` makes a single attempt. Timeouts are seconds or timedeltas (see
+        :mod:`engine.runtime.activity_options`): ``start_to_close`` bounds one attempt once
+        a worker started it (default 10 minutes; 0: none; ``timeout`` is its older name),
+        ``schedule_to_start`` its wait on the queue, ``schedule_to_close`` the whole call
+        with its retries, ``heartbeat_timeout`` the gap between heartbeats. A timed-out
+        attempt fails retryably, except past schedule-to-start or schedule-to-close. When
+        the policy gives up, the task raises :class:`ActivityFailedError` with the last
+        failure's details. ``task_queue`` names the workers that run it (default: the queue
+        the activity was registered with, else ``default``).
         """
         gen = self._gen
         name = activity if type(activity) is str else gen.registry.activity_name(activity)
-        timeout_ms = 0 if timeout is None else _to_ms(timeout, "activity timeout")
-        task = ActivityCall(gen, name, _payload(input), retry or NO_RETRY, timeout_ms)
+        options = activity_options(
+            task_queue or gen.registry.activity_task_queue(activity),
+            timeout=timeout,
+            start_to_close=start_to_close,
+            schedule_to_start=schedule_to_start,
+            schedule_to_close=schedule_to_close,
+            heartbeat_timeout=heartbeat_timeout,
+        )
+        task = ActivityCall(gen, name, _payload(input), retry or NO_RETRY, options)
         if not isinstance(activity, str):
             task.result_type = return_type(activity)  # a dataclass result comes back as one
         return task

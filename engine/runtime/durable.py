@@ -39,6 +39,7 @@ from engine.runtime.actions import (
     StartChild,
     close_children,
 )
+from engine.runtime.activity_options import ActivityOptions
 from engine.runtime.cancel import cancelled_error
 from engine.runtime.failures import raised_from
 from engine.runtime.fastjson import decode
@@ -166,11 +167,15 @@ class ActivityCall(Task[Any]):
 
     __slots__ = (
         "_backoff",
+        "_close_timer",
         "_gen",
+        "_options",
         "_policy",
         "_timeout",
         "_timeout_ms",
         "attempt",
+        "deadline_ms",
+        "heartbeat_details",
         "input",
         "name",
         "phase",
@@ -184,7 +189,7 @@ class ActivityCall(Task[Any]):
         name: str,
         input: Payload | None,
         policy: RetryPolicy,
-        timeout_ms: int,
+        options: ActivityOptions,
     ) -> None:
         self._state = PENDING
         self._value: Any = None
@@ -194,9 +199,16 @@ class ActivityCall(Task[Any]):
         self.name = name
         self.input = input
         self._policy = policy
-        self._timeout_ms = timeout_ms
+        self._options = options
+        #: The workflow's own per-attempt timer (0: none; see engine.runtime.activity_options).
+        self._timeout_ms = options.attempt_timer_ms
         self._timeout: TimerTask | None = None
         self._backoff: TimerTask | None = None
+        self._close_timer: TimerTask | None = None
+        #: When the whole call must be over (schedule-to-close), epoch ms; 0: never.
+        self.deadline_ms = 0
+        #: The last heartbeat details a failed attempt reported, for the next attempt.
+        self.heartbeat_details: Payload | None = None
         task_id = gen.next_task_id
         gen.next_task_id = task_id + 1
         self.task_id = task_id
@@ -205,7 +217,14 @@ class ActivityCall(Task[Any]):
         #: The annotation the result is converted to (see engine.core.typed); None: plain.
         self.result_type: Any = None
         gen.tasks[task_id] = self
+        if options.schedule_to_close_ms:
+            close = TimerTask(gen, gen.journal.now_ms + options.schedule_to_close_ms, self)
+            self._close_timer, self.deadline_ms = close, close.fire_at_ms
         self._start_attempt()
+
+    @property
+    def task_queue(self) -> str:
+        return self._options.task_queue
 
     def _start_attempt(self) -> None:
         """*run*: schedule the current attempt (and its timeout timer)."""
@@ -214,18 +233,38 @@ class ActivityCall(Task[Any]):
         if gen.closing:
             gen.refuse()
         task_id, name, input, attempt = self.task_id, self.name, self.input, self.attempt
-        if not journal.replaying:
+        replaying = journal.replaying
+        if not replaying:
             journal.append(TaskScheduled(task_id, name, input, attempt, self._timeout_ms))
-            journal.actions.append(
-                ScheduleActivity(
-                    task_id, name, input, attempt, self._timeout_ms, generation=gen.number
-                )
-            )
         elif not journal.match_activity(task_id, name, input, attempt):
             raise gen.diverged(TaskScheduled(task_id, name, input, attempt, self._timeout_ms))
         self.phase = RUNNING
         if self._timeout_ms:
             self._timeout = TimerTask(gen, gen.journal.now_ms + self._timeout_ms, self)
+        if not replaying:  # after its timer, whose fire time bounds the attempt's deadline
+            journal.actions.append(self._schedule_action())
+
+    def _attempt_deadline_ms(self) -> int:
+        """When the workflow stops waiting for this attempt (0: never): its own timer or
+        the call's schedule-to-close, whichever comes first."""
+        ends = [t for t in (self.deadline_ms, self._timeout and self._timeout.fire_at_ms) if t]
+        return min(ends) if ends else 0
+
+    def _schedule_action(self) -> ScheduleActivity:
+        o = self._options
+        return ScheduleActivity(
+            self.task_id,
+            self.name,
+            self.input,
+            self.attempt,
+            o.start_to_close_ms,
+            generation=self._gen.number,
+            task_queue=o.task_queue,
+            schedule_to_start_ms=o.schedule_to_start_ms,
+            deadline_ms=self._attempt_deadline_ms(),
+            heartbeat_timeout_ms=o.heartbeat_timeout_ms,
+            heartbeat_details=self.heartbeat_details,
+        )
 
     def check_result(self, attempt: int) -> str | None:
         """*apply*: why a result for ``attempt`` cannot be applied (None if it can)."""
@@ -245,16 +284,27 @@ class ActivityCall(Task[Any]):
         self.phase = FINISHED
         if self._timeout is not None:
             self._drop_timeout()
+        self._drop_close_timer()
         _decoded(self, output, self.result_type)
 
-    def failed(self, failure: FailureDetails) -> None:
-        """*apply*: the current attempt failed; retry (after a backoff) or give up."""
+    def failed(self, failure: FailureDetails, details: Payload | None = None) -> None:
+        """*apply*: the current attempt failed; retry (after a backoff) or give up.
+        ``details``: its last heartbeat details, which the next attempt starts from."""
+        if details is not None:
+            self.heartbeat_details = details
         if self._policy.should_retry(self.attempt, failure):
             self.phase = BACKOFF
             self._gen.ready.append(self._begin_backoff)
             return
+        self._give_up(failure)
+
+    def _give_up(self, failure: FailureDetails) -> None:
         self.phase = FINISHED
         self._drop_timeout()
+        self._drop_close_timer()
+        backoff, self._backoff = self._backoff, None
+        if backoff is not None and not backoff.done():
+            self._gen.ready.append(backoff.cancel)
         message = (
             f"activity {self.name!r} failed after {self.attempt} attempt(s): "
             f"{failure.type}: {failure.message}"
@@ -266,6 +316,12 @@ class ActivityCall(Task[Any]):
         if timeout is not None and not timeout.done():
             self._gen.ready.append(timeout.cancel)
         self._timeout = None
+
+    def _drop_close_timer(self) -> None:
+        close = self._close_timer
+        if close is not None and not close.done():
+            self._gen.ready.append(close.cancel)
+        self._close_timer = None
 
     def _begin_backoff(self) -> None:
         """*run*: cancel the failed attempt's timeout, start the backoff timer."""
@@ -303,6 +359,19 @@ class ActivityCall(Task[Any]):
             self._backoff = None
             if self.phase == BACKOFF:
                 self._gen.ready.append(self._next_attempt)
+        elif timer is self._close_timer:
+            self._close_timer = None
+            if self.phase != FINISHED:
+                self._give_up(
+                    FailureDetails(
+                        "ActivityTimeoutError",
+                        f"activity {self.name!r} did not complete within its schedule-to-close "
+                        f"timeout of {_seconds(self._options.schedule_to_close_ms)} (attempt "
+                        f"{self.attempt})",
+                        "",
+                        False,
+                    )
+                )
 
     def _cancel_hook(self) -> None:
         """*run*: stop waiting; a running attempt gets a cancellation request (in history,
@@ -311,11 +380,12 @@ class ActivityCall(Task[Any]):
         self.phase = FINISHED
         _cancel_if_pending(self._timeout)
         _cancel_if_pending(self._backoff)
+        _cancel_if_pending(self._close_timer)
         if not running:
             return  # between attempts (a retry backoff): nothing runs on a worker
         gen = self._gen
         if gen.command(ActivityCancelRequested(self.task_id, self.attempt)) is None:
-            key = f"{gen.instance_id}/{gen.number}/{self.task_id}/{self.attempt}"
+            key = f"{gen.instance_id}/{gen.number}/{self.task_id}"
             gen.journal.actions.append(
                 CancelActivity(self.task_id, self.name, self.attempt, key, generation=gen.number)
             )

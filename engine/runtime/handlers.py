@@ -97,7 +97,7 @@ def on_task_failed(ex: EventTarget, body: TaskFailed) -> str | None:
     if reason is not None:
         return reason
     ex.journal_inbound(body)
-    task.failed(body.failure)
+    task.failed(body.failure, body.details)
     return None
 
 

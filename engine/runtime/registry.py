@@ -15,7 +15,9 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
+from engine.core.activity_info import current_activity, heartbeat, is_cancelled
 from engine.core.errors import NotRegisteredError, RegistrationError
+from engine.core.task_queues import DEFAULT_TASK_QUEUE, check_task_queue
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -23,6 +25,7 @@ WorkflowFn = Callable[..., Coroutine[Any, Any, Any]]
 
 _WORKFLOW_ATTR = "__turnstile_workflow__"
 _ACTIVITY_ATTR = "__turnstile_activity__"
+_QUEUE_ATTR = "__turnstile_task_queue__"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,10 @@ class ActivityDefinition:
     name: str
     fn: Callable[..., Any]
     is_async: bool = False
+    #: The task queue its attempts go to when the call names none.
+    task_queue: str = DEFAULT_TASK_QUEUE
+    #: At most this many attempts at once on each worker (0: only the worker's limit).
+    max_concurrency: int = 0
 
 
 def _describe(fn: Callable[..., Any]) -> str:
@@ -115,13 +122,30 @@ class Registry:
     def activity(self, fn: F, /) -> F: ...
 
     @overload
-    def activity(self, fn: None = None, /, *, name: str | None = None) -> Callable[[F], F]: ...
+    def activity(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        task_queue: str | None = None,
+        max_concurrency: int = 0,
+    ) -> Callable[[F], F]: ...
 
-    def activity(self, fn: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
-        """Register an activity (sync or async); usable bare or as ``@activity(name=...)``."""
+    def activity(
+        self,
+        fn: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        task_queue: str | None = None,
+        max_concurrency: int = 0,
+    ) -> F | Callable[[F], F]:
+        """Register an activity (sync or async); usable bare or as
+        ``@activity(name=..., task_queue=..., max_concurrency=...)``."""
 
         def register(f: F) -> F:
-            self.add_activity(f, name=name)
+            self.add_activity(f, name=name, task_queue=task_queue, max_concurrency=max_concurrency)
             return f
 
         return register(fn) if fn is not None else register
@@ -158,9 +182,22 @@ class Registry:
         return definition
 
     def add_activity(
-        self, fn: Callable[..., Any], *, name: str | None = None
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        task_queue: str | None = None,
+        max_concurrency: int = 0,
     ) -> ActivityDefinition:
-        """Register ``fn`` as an activity (the non-decorator form)."""
+        """Register ``fn`` as an activity (the non-decorator form); ``task_queue``: the
+        queue its attempts go to unless the call names one (default: ``default``);
+        ``max_concurrency``: at most this many of its attempts at once per worker."""
+        queue = check_task_queue(task_queue or DEFAULT_TASK_QUEUE)
+        if not isinstance(max_concurrency, int) or max_concurrency < 0:
+            raise RegistrationError(
+                f"max_concurrency of activity {name or fn!r} must be a whole number >= 0 "
+                f"(0: no limit of its own), got {max_concurrency!r}"
+            )
         name = name or getattr(fn, "__name__", "")
         if not name:
             raise RegistrationError("an activity needs a name: pass name=...")
@@ -170,10 +207,12 @@ class Registry:
                 f"activity {name!r} is already registered by {_describe(existing.fn)}; give "
                 f"{_describe(fn)} another name with @activity(name=...)"
             )
-        definition = ActivityDefinition(name, fn, inspect.iscoroutinefunction(fn))
+        is_async = inspect.iscoroutinefunction(fn)
+        definition = ActivityDefinition(name, fn, is_async, queue, max_concurrency)
         self._activities[name] = definition
         self._activity_names[fn] = name
         _set_attr(fn, _ACTIVITY_ATTR, name)
+        _set_attr(fn, _QUEUE_ATTR, queue)
         return definition
 
     # --- lookups ------------------------------------------------------------------------------
@@ -212,6 +251,9 @@ class Registry:
             )
         return found
 
+    def has_activity(self, name: str) -> bool:
+        return name in self._activities
+
     def has_workflow(self, name: str, version: str = "") -> bool:
         try:
             self.get_workflow(name, version)
@@ -248,6 +290,20 @@ class Registry:
         if isinstance(marker, str):
             return marker
         return str(getattr(activity, "__name__", activity))
+
+    def activity_task_queue(self, activity: str | Callable[..., Any]) -> str:
+        """The task queue an activity was registered with: by function (also one registered
+        in another registry, through its marker) or by name (if registered here)."""
+        if not isinstance(activity, str):
+            marker = getattr(activity, _QUEUE_ATTR, None)
+            if isinstance(marker, str):
+                return marker
+        definition = self._activities.get(self.activity_name(activity))
+        return definition.task_queue if definition is not None else DEFAULT_TASK_QUEUE
+
+    def task_queues(self) -> list[str]:
+        """The task queues of the registered activities, sorted."""
+        return sorted({a.task_queue for a in self._activities.values()})
 
 
 def _set_attr(fn: Callable[..., Any], attr: str, value: object) -> None:
@@ -288,16 +344,46 @@ def workflow(
     return default_registry.workflow(name=name, version=version, failure_types=failure_types)
 
 
-@overload
-def activity(fn: F, /) -> F: ...
+class _Activity:
+    """``@activity`` (register an activity in :data:`default_registry`), and what activity
+    code calls while it runs: ``activity.heartbeat(details)``, ``activity.is_cancelled()``,
+    ``activity.info()`` (the attempt's context: idempotency key, attempt number, the
+    previous attempt's ``heartbeat_details``)."""
+
+    heartbeat = staticmethod(heartbeat)
+    is_cancelled = staticmethod(is_cancelled)
+    info = staticmethod(current_activity)
+
+    @overload
+    def __call__(self, fn: F, /) -> F: ...
+
+    @overload
+    def __call__(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        task_queue: str | None = None,
+        max_concurrency: int = 0,
+    ) -> Callable[[F], F]: ...
+
+    def __call__(
+        self,
+        fn: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        task_queue: str | None = None,
+        max_concurrency: int = 0,
+    ) -> F | Callable[[F], F]:
+        if fn is not None:
+            return default_registry.activity(fn)
+        return default_registry.activity(
+            name=name, task_queue=task_queue, max_concurrency=max_concurrency
+        )
 
 
-@overload
-def activity(fn: None = None, /, *, name: str | None = None) -> Callable[[F], F]: ...
-
-
-def activity(fn: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
-    """Register an activity in :data:`default_registry`."""
-    if fn is not None:
-        return default_registry.activity(fn)
-    return default_registry.activity(name=name)
+activity = _Activity()
+"""Register an activity in :data:`default_registry` (``task_queue``: see README); also
+``activity.heartbeat(details)`` and ``activity.is_cancelled()`` for activity code."""

@@ -148,9 +148,3 @@ class AbandoningThreads:
             future.set_exception(ActivityTimeoutError(f"{what} did not finish within its timeout"))
         except InvalidStateError:  # finished in the same instant
             self.abandoned -= 1
-
-
-def deadline_passed(scheduled_ms: int, timeout_ms: int, now_ms: int) -> bool:
-    """Whether an attempt's deadline (scheduled time plus timeout) has passed: the workflow
-    has timed it out already, so running it would only waste a thread."""
-    return timeout_ms > 0 and scheduled_ms > 0 and now_ms >= scheduled_ms + timeout_ms

@@ -285,6 +285,11 @@ class InstanceState:
         return from_payload(self.raw.custom_status)
 
     @property
+    def unserved(self) -> str:
+        """An activity it waits for that a worker reported it does not serve ("": none)."""
+        return self.raw.unserved
+
+    @property
     def failure(self) -> FailureDetails | None:
         return self.raw.failure
 
@@ -316,6 +321,7 @@ class InstanceState:
             "failure": failure_to_json(self.raw.failure),
             "parent_instance_id": self.raw.parent_instance_id,
             "tags": self.tags,
+            "unserved": self.unserved,
         }
 
 

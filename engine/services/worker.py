@@ -10,7 +10,8 @@ lowest task that is still running (the contiguous completed prefix). A worker th
 after running a task but before committing past it hands the task to the next owner, which
 runs it again. Its *result* is produced exactly once per run, in one transaction with the
 offsets, and the processor ignores a second result for a task it has already completed.
-Activities that touch the outside world should use ``current_activity().idempotency_key``.
+Activities that touch the outside world should use ``current_activity().idempotency_key``
+(one per call: the same across retries and redeliveries).
 
 Results that were produced in a transaction that was then aborted are kept (the *outbox*)
 and produced again in the next transaction, so an abort never forces a task to run again.
@@ -18,35 +19,34 @@ and produced again in the next transaction, so an abort never forces a task to r
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
 import queue
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 from engine.codec import decode_message, encode_message
-from engine.core.activity_info import ActivityContext, activity_scope
-from engine.core.errors import CodecError, NotRegisteredError, TurnstileError
+from engine.core.errors import CodecError, TurnstileError
 from engine.core.failure import FailureDetails, failure_from_exception
-from engine.core.messages import ActivityResult, ActivityTask
-from engine.core.payloads import Payload, from_payload, to_payload
+from engine.core.messages import ActivityCancel, ActivityResult, ActivityTask
+from engine.core.payloads import Payload
+from engine.core.task_queues import DEFAULT_TASK_QUEUE
 from engine.core.tracecontext import SpanContext
-from engine.core.typed import convert, parameter_type
 from engine.runtime.registry import Registry
-from engine.services.activity_threads import AbandoningThreads, deadline_passed
+from engine.services.activity_attempts import CANCELLED_TYPE, Attempt, cancelled_failure
+from engine.services.activity_runner import ActivityRunner
+from engine.services.activity_timeouts import TIMEOUT_TYPE, not_startable
 from engine.services.attempt_spans import attempt_parent, attempt_span
 from engine.services.dead_letters import dead_letter_of
+from engine.services.queue_limits import QueueLimits
 from engine.services.records import RawRecord as TaskRecord
 from engine.services.tracing import NoTracing, TraceHook
 
 __all__ = [
+    "REQUEUES_HEADER",
     "ActivityRunner",
     "CommitPolicy",
     "Completion",
@@ -59,6 +59,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
 
 Headers = tuple[tuple[str, bytes], ...]
 
@@ -79,6 +80,9 @@ class Outbound:
     partition: int
     dead: bool = False
     headers: Headers = ()
+    #: A task put back on the worker's own task-queue topic, on partition ``requeue_to``
+    #: (see :meth:`Worker.accept`); ``None``: a result or a dead letter.
+    requeue_to: int | None = None
 
 
 def dead_letter(record: TaskRecord, topic: str, reason: str) -> Outbound:
@@ -104,18 +108,28 @@ class Completion:
     #: The attempt's trace parent (the scheduling turn) and wall-clock start, if traced.
     parent: SpanContext | None = None
     began_ns: int = 0
+    #: The last heartbeat details of a failed attempt.
+    details: Payload | None = None
 
     @property
     def outcome(self) -> str:
-        """``success``, ``timeout`` or ``failure``: the result label of the metrics."""
+        """``success``, ``timeout``, ``cancelled`` or ``failure``: the metrics' result label."""
         if self.failure is None:
             return "success"
-        return "timeout" if self.failure.type == "TimeoutError" else "failure"
+        if self.failure.type == CANCELLED_TYPE:
+            return "cancelled"
+        return "timeout" if self.failure.type in _TIMEOUT_TYPES else "failure"
 
     def result(self) -> ActivityResult:
         t = self.task
         return ActivityResult(
-            t.instance_id, t.generation, t.task_id, t.attempt, self.output, self.failure
+            t.instance_id,
+            t.generation,
+            t.task_id,
+            t.attempt,
+            self.output,
+            self.failure,
+            details=self.details,
         )
 
 
@@ -144,148 +158,7 @@ def _log_failed_attempt(c: Completion) -> None:
     )
 
 
-def _arity(fn: Callable[..., Any]) -> int:
-    """How many arguments to pass: 0, 1 (the input) or 2 (the input and the context)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return 1
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if any(p.kind == p.VAR_POSITIONAL for p in params):
-        return max(len(positional), 1)
-    return min(len(positional), 2)
-
-
-def _arguments(
-    fn: Callable[..., Any], task: ActivityTask, info: ActivityContext
-) -> tuple[Any, ...]:
-    arity = _arity(fn)
-    if arity == 0:
-        return ()
-    value = convert(from_payload(task.input), parameter_type(fn, 0))
-    return (value,) if arity == 1 else (value, info)
-
-
-def _expired(task: ActivityTask) -> FailureDetails:
-    return FailureDetails(
-        "ActivityTimeoutError",
-        f"activity {task.name!r} ({task.idempotency_key}) was not started: its timeout of "
-        f"{task.timeout_ms} ms since it was scheduled had passed (the workflow has timed "
-        f"this attempt out already)",
-    )
-
-
-def _is_async(fn: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
-    )
-
-
-class ActivityRunner:
-    """Runs activities: sync ones on daemon threads (abandoned at their start-to-close
-    timeout, see :mod:`engine.services.activity_threads`), async ones on one event loop.
-
-    The event loop lives in a background thread so that thousands of waiting async
-    activities cost no threads. Every run ends with one call of ``on_done(output, failure)``
-    (from a pool thread or the loop thread), unless it was cancelled at shutdown.
-    """
-
-    def __init__(self, threads: int, worker_id: str = "") -> None:
-        self.worker_id = worker_id
-        self._threads = AbandoningThreads("activity")
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def submit(
-        self,
-        fn: Callable[..., Any],
-        task: ActivityTask,
-        on_done: Callable[[Payload | None, FailureDetails | None], None],
-    ) -> None:
-        info = ActivityContext(task, self.worker_id)
-        args = _arguments(fn, task, info)
-        if _is_async(fn):
-            future: Future[Any] = asyncio.run_coroutine_threadsafe(
-                _call_async(fn, args, info), self._event_loop()
-            )
-        else:
-            future = self._threads.submit(
-                lambda: _call_sync(fn, args, info),
-                task.timeout_ms / 1000,
-                f"activity {task.name!r} ({task.idempotency_key})",
-            )
-        future.add_done_callback(lambda f: _finish(f, on_done))
-
-    def _event_loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(
-                    target=loop.run_forever, name="activity-loop", daemon=True
-                )
-                thread.start()
-                self._loop, self._loop_thread = loop, thread
-            return self._loop
-
-    def shutdown(self) -> None:
-        """Stop accepting work; cancel what still runs (its tasks will be redelivered)."""
-        self._threads.shutdown()
-        loop, thread = self._loop, self._loop_thread
-        if loop is not None and thread is not None:
-            loop.call_soon_threadsafe(_cancel_all, loop)
-            thread.join(timeout=5)
-            if not loop.is_running():
-                loop.close()
-
-
-def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
-    for task in asyncio.all_tasks(loop):
-        task.cancel()
-    loop.call_soon(loop.stop)
-
-
-def _call_sync(fn: Callable[..., Any], args: tuple[Any, ...], info: ActivityContext) -> Any:
-    with activity_scope(info):
-        result = fn(*args)
-        if inspect.isawaitable(result):
-            raise TypeError(
-                f"activity {info.name!r} returned an awaitable from a plain function; "
-                f"declare it with 'async def' so the worker runs it on its event loop"
-            )
-        return result
-
-
-async def _call_async(fn: Callable[..., Any], args: tuple[Any, ...], info: ActivityContext) -> Any:
-    with activity_scope(info):
-        if info.task.timeout_ms > 0:
-            try:
-                return await asyncio.wait_for(fn(*args), info.task.timeout_ms / 1000)
-            except TimeoutError:
-                raise TimeoutError(
-                    f"activity {info.name!r} did not finish within {info.task.timeout_ms} ms"
-                ) from None
-        return await fn(*args)
-
-
-def _finish(
-    future: Future[Any], on_done: Callable[[Payload | None, FailureDetails | None], None]
-) -> None:
-    """Turn a finished future into output or failure details (never raises)."""
-    if future.cancelled():
-        return
-    exc = future.exception()
-    if exc is not None:
-        if isinstance(exc, asyncio.CancelledError):
-            return
-        on_done(None, failure_from_exception(exc))
-        return
-    try:
-        output = to_payload(future.result())
-    except CodecError as codec_error:
-        on_done(None, failure_from_exception(codec_error, retryable=False))
-        return
-    on_done(output, None)
+_TIMEOUT_TYPES = frozenset({"TimeoutError", TIMEOUT_TYPE})
 
 
 class ActivityObserver(Protocol):
@@ -297,6 +170,10 @@ class ActivityObserver(Protocol):
     def finished(self, activity: str, result: str, duration_s: float) -> None:
         """An attempt ended with ``result`` (success, failure, timeout) after running
         ``duration_s`` seconds."""
+
+    def unserved(self, activity: str, task_queue: str) -> None:
+        """A task for ``activity``, which this worker does not register, went back to its
+        queue."""
 
 
 # --- offsets -------------------------------------------------------------------------------
@@ -445,6 +322,51 @@ class _Pending:
     parent: SpanContext | None = None
 
 
+#: Waiting tasks per partition at which a queue-limited worker pauses that partition.
+_PARTITION_BACKLOG = 8
+
+#: The header that counts how often a task went back to its queue unserved.
+REQUEUES_HEADER = "turnstile-requeues"
+#: How long an unserved task is held before it goes back to its queue: doubling per
+#: requeue, so a task no worker serves costs a record every ``_REQUEUE_MAX_S`` at most.
+_REQUEUE_FIRST_S = 0.5
+_REQUEUE_MAX_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Unserved:
+    """A task of an activity this worker lacks, held until ``due`` and then put back on its
+    queue, one partition further on (so it reaches the group's other members in turn)."""
+
+    record: TaskRecord
+    epoch: int
+    requeues: int
+    due: float
+    #: (instance, generation, task id, attempt) of the task, to match a cancellation.
+    call: tuple[str, int, int, int] = ("", 0, 0, 0)
+
+    def requeued(self, partitions: int) -> Outbound:
+        headers = tuple(h for h in self.record.headers if h[0] != REQUEUES_HEADER)
+        headers += ((REQUEUES_HEADER, str(self.requeues + 1).encode()),)
+        target = (self.record.partition + 1) % max(partitions, 1)
+        key, value = self.record.key or b"", self.record.value or b""
+        return Outbound(key, value, self.record.partition, False, headers, target)
+
+
+def _call_of(task: ActivityTask) -> tuple[str, int, int, int]:
+    return (task.instance_id, task.generation, task.task_id, task.attempt)
+
+
+def _requeues(record: TaskRecord) -> int:
+    for name, value in record.headers:
+        if name == REQUEUES_HEADER:
+            try:
+                return max(int(value), 0)
+            except ValueError:
+                return 0
+    return 0
+
+
 class Worker:
     """The worker's state machine: accepts task records, runs them, hands out what to produce
     and which offsets to commit. Called from one thread (the Kafka loop) only, except for
@@ -462,7 +384,13 @@ class Worker:
         runner: ActivityRunner | None = None,
         observer: ActivityObserver | None = None,
         tracing: TraceHook | None = None,
+        task_queue: str = DEFAULT_TASK_QUEUE,
+        wall_ms: Callable[[], int] | None = None,
+        executor: str = "thread",
+        queue_limits: QueueLimits | None = None,
     ) -> None:
+        """``wall_ms``: the wall clock the timeouts are checked against, in epoch ms (the
+        in-process test engine passes its manual clock; default: the system's)."""
         if concurrency < 1:
             raise TurnstileError(f"worker concurrency must be at least 1, got {concurrency}")
         self.registry = registry
@@ -471,11 +399,26 @@ class Worker:
         #: Tasks taken beyond ``concurrency`` wait here; default: 4 x concurrency.
         self.prefetch = 4 * concurrency if prefetch is None else max(prefetch, 0)
         self.worker_id = worker_id
-        self.runner = runner or ActivityRunner(concurrency, worker_id)
+        self.runner = runner or ActivityRunner(concurrency, worker_id, executor)
         self.observer = observer
         self.tracing: TraceHook = tracing or NoTracing()
+        self.task_queue = task_queue
+        self._wall_ms = wall_ms or (lambda: int(time.time() * 1000))
+        #: Partitions of ``source_topic``: where unserved tasks are put back (the adapter
+        #: sets it from the topic's metadata).
+        self.source_partitions = 1
         self.offsets = OffsetTracker()
         self._backlog: deque[_Pending] = deque()
+        self._unserved: list[_Unserved] = []
+        #: Per-worker limits of activities registered with max_concurrency, and how many
+        #: of each run now.
+        self._limits = {a.name: a.max_concurrency for a in registry.activities()}
+        self._limited = any(self._limits.values())
+        #: The queue's fleet-wide rate and concurrency, this worker's share per partition.
+        self.queue_limits = queue_limits or QueueLimits()
+        self._by_activity: dict[str, int] = {}
+        #: Attempts running now, by (partition, offset, epoch) of their task.
+        self._attempts: dict[tuple[int, int, int], Attempt] = {}
         self._done: queue.SimpleQueue[Completion] = queue.SimpleQueue()
         self._running = 0
         self._outbox: list[Outbound] = []
@@ -485,6 +428,8 @@ class Worker:
             "failures": 0,
             "dead": 0,
             "expired": 0,
+            "unserved": 0,
+            "cancelled": 0,
         }
 
     # --- load -------------------------------------------------------------------------------
@@ -511,17 +456,42 @@ class Worker:
 
     @property
     def idle(self) -> bool:
-        return self.load == 0
+        return self.load == 0 and not self._unserved
+
+    @property
+    def held(self) -> int:
+        """Unserved tasks waiting to go back to their queue."""
+        return len(self._unserved)
+
+    def crowded_partitions(self) -> set[int]:
+        """Partitions with at least ``_PARTITION_BACKLOG`` tasks waiting: under a queue
+        limit the adapter pauses them one by one, so that every partition's share of the
+        limit has tasks to start."""
+        counts: dict[int, int] = {}
+        for p in self._backlog:
+            counts[p.partition] = counts.get(p.partition, 0) + 1
+        return {p for p, n in counts.items() if n >= _PARTITION_BACKLOG}
 
     def flow(self, paused: bool) -> FlowAction:
         high = self.concurrency + self.prefetch
         low = self.concurrency if self.prefetch else self.concurrency - 1
+        if self.queue_limits.active:
+            # the waiting tasks are bounded per partition instead (crowded_partitions):
+            # a pause of all of them would starve the partitions with nothing waiting
+            return flow_action(self._running, self.concurrency, self.concurrency - 1, paused)
         return flow_action(self.load, high, low, paused)
 
     # --- input ------------------------------------------------------------------------------
 
     def accept(self, records: Iterable[TaskRecord]) -> list[Outbound]:
-        """Take consumed records: start (or queue) tasks; returns dead letters to produce."""
+        """Take consumed records: start (or queue) tasks; returns what to produce at once
+        (dead letters, and notes for the processor about tasks this worker does not serve).
+
+        A task of an activity this worker does not register is never failed: another
+        worker of the same task queue may have it (a rolling deploy, say). The worker tells
+        the instance (its status shows the note) and puts the task back on the queue after
+        a growing delay, one partition further, so it visits the other members in turn.
+        """
         letters: list[Outbound] = []
         for record in records:
             epoch = self.offsets.consumed(record.partition, record.offset)
@@ -534,6 +504,13 @@ class Worker:
                 letters.append(dead_letter(record, self.source_topic, reason))
                 self.stats["dead"] += 1
                 continue
+            if isinstance(task, ActivityCancel):
+                self.offsets.done(record.partition, record.offset, epoch)
+                self._cancel(task)
+                continue
+            if not self.registry.has_activity(task.name):
+                letters.append(self._hold_unserved(record, task, epoch))
+                continue
             self.stats["tasks"] += 1
             if self.observer is not None:
                 self.observer.started(task.name)
@@ -543,28 +520,116 @@ class Worker:
         self._outbox.extend(letters)
         return letters
 
-    def _decode(self, record: TaskRecord) -> tuple[ActivityTask | None, str]:
+    def _hold_unserved(self, record: TaskRecord, task: ActivityTask, epoch: int) -> Outbound:
+        requeues = _requeues(record)
+        delay = min(_REQUEUE_FIRST_S * 2**requeues, _REQUEUE_MAX_S)
+        due = time.monotonic() + delay
+        self._unserved.append(_Unserved(record, epoch, requeues, due, _call_of(task)))
+        self.stats["unserved"] += 1
+        if self.observer is not None:
+            self.observer.unserved(task.name, task.task_queue or self.task_queue)
+        names = ", ".join(sorted(a.name for a in self.registry.activities())) or "none"
+        queue = task.task_queue or self.task_queue
+        note = (
+            f"activity {task.name!r} (task queue {queue!r}) is not served by worker "
+            f"{self.worker_id or '(unnamed)'} (it registers: {names}); the task waits on the "
+            f"queue for a worker that registers it: start one with --task-queue {queue} and "
+            f"the module that defines {task.name!r}"
+        )
+        log.warning("%s (%s)", note, task.attempt_label)
+        result = ActivityResult(
+            task.instance_id, task.generation, task.task_id, task.attempt, unserved=note
+        )
+        return Outbound(task.instance_id.encode("utf-8"), encode_message(result), record.partition)
+
+    def _requeue_due(self) -> list[Outbound]:
+        """Unserved tasks whose delay is over, as records back onto the queue (their
+        offsets are settled by the same transaction)."""
+        if not self._unserved:
+            return []
+        now = time.monotonic()
+        due = [u for u in self._unserved if u.due <= now]
+        if not due:
+            return []
+        self._unserved = [u for u in self._unserved if u.due > now]
+        out = []
+        for u in due:
+            if self.offsets.done(u.record.partition, u.record.offset, u.epoch):
+                out.append(u.requeued(self.source_partitions))
+        return out
+
+    def _cancel(self, c: ActivityCancel) -> None:
+        """Stop the attempt the workflow no longer waits for: running (the runner stops
+        it), waiting for a slot, or held as unserved (dropped); else it is over already."""
+        call = (c.instance_id, c.generation, c.task_id, c.attempt)
+        for attempt in list(self._attempts.values()):
+            if _call_of(attempt.task) == call:
+                log.info("cancelling %s: %s", attempt.task.attempt_label, c.reason)
+                attempt.stop(cancelled_failure(attempt.task, c.reason))
+                return
+        for p in [p for p in self._backlog if _call_of(p.task) == call]:
+            self._backlog.remove(p)
+            self.offsets.done(p.partition, p.offset, p.epoch)
+            self.stats["cancelled"] += 1
+            if self.observer is not None:
+                self.observer.finished(p.task.name, "cancelled", 0.0)
+        for u in [u for u in self._unserved if u.call == call]:
+            self._unserved.remove(u)
+            self.offsets.done(u.record.partition, u.record.offset, u.epoch)
+
+    def _decode(self, record: TaskRecord) -> tuple[ActivityTask | ActivityCancel | None, str]:
         if record.value is None:
             return None, "empty record (tombstone) on the activity-tasks topic"
         try:
             message = decode_message(record.value)
         except CodecError as exc:
             return None, f"undecodable activity task: {exc}"
+        if isinstance(message, ActivityCancel):
+            return message, ""
         if not isinstance(message, ActivityTask):
             return None, f"{type(message).__name__} record on the activity-tasks topic"
         return message, ""
 
     def _start_backlog(self) -> None:
+        """Start waiting tasks in order while slots are free; a task whose activity is at
+        its own per-worker limit (``@activity(max_concurrency=N)``) waits, later tasks of
+        other activities go first."""
+        if not self._limited and not self.queue_limits.active:
+            while self._backlog and self._running < self.concurrency:
+                self._launch(self._backlog.popleft())
+            return
+        waiting: deque[_Pending] = deque()
         while self._backlog and self._running < self.concurrency:
             pending = self._backlog.popleft()
-            self._running += 1
-            self._start(pending)
+            if self._may_start(pending):
+                self._launch(pending)
+            else:
+                waiting.append(pending)
+        waiting.extend(self._backlog)
+        self._backlog = waiting
+
+    def _may_start(self, pending: _Pending) -> bool:
+        limit = self._limits.get(pending.task.name, 0)
+        if limit and self._by_activity.get(pending.task.name, 0) >= limit:
+            return False
+        return self.queue_limits.may_start(pending.partition)
+
+    def _launch(self, pending: _Pending) -> None:
+        self._running += 1
+        name = pending.task.name
+        self._by_activity[name] = self._by_activity.get(name, 0) + 1
+        self.queue_limits.started(pending.partition)
+        self._start(pending)
 
     def _start(self, p: _Pending) -> None:
         began = time.monotonic()
         began_ns = time.time_ns() if p.parent is not None else 0
 
-        def done(output: Payload | None, failure: FailureDetails | None) -> None:
+        def done(
+            output: Payload | None,
+            failure: FailureDetails | None,
+            details: Payload | None = None,
+        ) -> None:
             took = time.monotonic() - began
             self._done.put(
                 Completion(
@@ -575,50 +640,49 @@ class Worker:
                     output,
                     failure,
                     took,
-                    p.parent,
-                    began_ns,
+                    parent=p.parent,
+                    began_ns=began_ns,
+                    details=details,
                 )
             )
 
         task = p.task
-        if deadline_passed(task.scheduled_ms, task.timeout_ms, int(time.time() * 1000)):
+        now_ms = self._wall_ms()
+        refused = not_startable(task, now_ms)
+        if refused is not None:
             self.stats["expired"] += 1
-            done(None, _expired(task))
+            done(None, refused)
             return
+        fn = self.registry.get_activity(p.task.name).fn  # accept() checked it
         try:
-            fn = self.registry.get_activity(p.task.name).fn
-        except NotRegisteredError:
-            done(None, self._unknown(p.task.name))
-            return
-        try:
-            self.runner.submit(fn, p.task, done)
+            self._attempts[(p.partition, p.offset, p.epoch)] = self.runner.submit(
+                fn, p.task, done, now_ms
+            )
         except CodecError as exc:  # an input payload no converter can read: final
             done(None, failure_from_exception(exc, retryable=False))
         except Exception as exc:  # the runner is shutting down: let a retry run it
             done(None, failure_from_exception(exc))
-
-    def _unknown(self, name: str) -> FailureDetails:
-        names = ", ".join(sorted(a.name for a in self.registry.activities())) or "none"
-        return FailureDetails(
-            "ActivityNotRegistered",
-            f"activity {name!r} is not registered in worker {self.worker_id or '?'} "
-            f"(registered: {names}); start the worker with --module for the module that "
-            f"defines it",
-            retryable=False,
-        )
 
     # --- output -----------------------------------------------------------------------------
 
     def collect(self, wait_s: float = 0.0) -> list[Outbound]:
         """Results of activities that finished since the last call (waiting up to ``wait_s``
         for the first one); they are also kept in the outbox until committed."""
-        out: list[Outbound] = []
+        out = self._requeue_due()
+        self._check_heartbeats()
+        if self._backlog and self.queue_limits.rate:
+            self._start_backlog()  # tokens refill with time, not only when a task ends
         try:
             completion = self._done.get(timeout=wait_s) if wait_s > 0 else self._done.get_nowait()
         except queue.Empty:
+            self._outbox.extend(out)
             return out
         while True:
             self._running -= 1
+            name = completion.task.name
+            self._by_activity[name] = self._by_activity.get(name, 1) - 1
+            self.queue_limits.finished(completion.partition)
+            self._attempts.pop((completion.partition, completion.offset, completion.epoch), None)
             if self.observer is not None:
                 self.observer.finished(
                     completion.task.name, completion.outcome, completion.duration_s
@@ -634,9 +698,21 @@ class Worker:
         self._outbox.extend(out)
         return out
 
+    def _check_heartbeats(self) -> None:
+        """Stop the attempts that went past their heartbeat timeout (their failure carries
+        the last details, so the retry resumes from there)."""
+        for attempt in list(self._attempts.values()):
+            overdue = attempt.heartbeat_overdue()
+            if overdue is not None:
+                log.warning("%s", overdue.message)
+                attempt.stop(overdue)
+
     def _result(self, c: Completion) -> Outbound | None:
         if not self.offsets.done(c.partition, c.offset, c.epoch):
-            log.info("dropping the result of %s: its partition moved", c.task.idempotency_key)
+            log.info("dropping the result of %s: its partition moved", c.task.attempt_label)
+            return None
+        if c.outcome == "cancelled":  # the workflow stopped waiting: nothing to report
+            self.stats["cancelled"] += 1
             return None
         self.stats["results"] += 1
         if c.failure is not None:
@@ -688,13 +764,15 @@ class Worker:
         gone = set(partitions)
         self.offsets.drop(gone)
         self._backlog = deque(p for p in self._backlog if p.partition not in gone)
+        self._unserved = [u for u in self._unserved if u.record.partition not in gone]
         self._outbox = [r for r in self._outbox if r.partition not in gone]
 
     def drop_backlog(self) -> int:
         """Forget tasks that have not started (at shutdown); their offsets stay uncommitted,
         so the next owner of the partition runs them."""
-        dropped = len(self._backlog)
+        dropped = len(self._backlog) + len(self._unserved)
         self._backlog.clear()
+        self._unserved.clear()
         return dropped
 
     def shutdown(self) -> None:

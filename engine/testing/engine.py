@@ -187,6 +187,7 @@ class TestEngine:
             source_topic=self.topics.activity_tasks,
             concurrency=1,
             tracing=self._tracing,
+            wall_ms=self.clock.now_ms,
         )
         worker.assigned(range(len(self.processors)))
         return client, worker
@@ -374,7 +375,7 @@ class TestEngine:
     def records(self, topic: str) -> list[RawRecord]:
         """What was written to a topic, by full name or spec name (``dead-letters``)."""
         full = topic if topic in self.topics.names() else full_name(self.namespace, topic)
-        if full not in self.topics.names():
+        if full not in self.topics.names() and not self.topics.is_task_queue(full):
             names = ", ".join(logical_names())
             raise ValueError(f"no topic {topic!r} in this engine; use one of {names}")
         return self.log.read(full)
@@ -493,10 +494,11 @@ class TestEngine:
         """Run every activity task written so far to its end; their results go to the
         activity-results topic like a worker's."""
         worker = self._worker
-        if worker.idle:
+        if worker.load == 0:
+            worker.drop_backlog()  # unserved tasks: no other worker will ever come here
             return False
         deadline = time.monotonic() + self._activity_timeout_s
-        while not worker.idle:
+        while worker.load:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise WaitTimeoutError(
@@ -505,10 +507,14 @@ class TestEngine:
                 )
             for out in worker.collect(wait_s=min(remaining, 1.0)):
                 self._produce_outbound(out)
+        worker.drop_backlog()
         worker.committed(worker.offsets.to_commit())
         return True
 
     def _produce_outbound(self, out: Outbound) -> None:
+        if out.requeue_to is not None:  # one worker serves every queue here
+            self._produce(self.topics.activity_tasks, out.key, out.value, None, out.headers)
+            return
         topic = self.topics.dead_letters if out.dead else self.topics.activity_results
         self._produce(topic, out.key, out.value, None, out.headers)
 
@@ -527,7 +533,7 @@ class TestEngine:
             self._view.apply_record(key, value)
         elif topic == self.topics.command_outcomes:
             self._outcomes.apply_record(value)
-        elif topic == self.topics.activity_tasks:
+        elif self.topics.is_task_queue(topic):
             for letter in self._worker.accept([record]):
                 self._produce_outbound(letter)
         return record
@@ -556,7 +562,12 @@ def _with_replacements(
     out = Registry()
     for definition in registry.activities():
         if definition.name not in by_name:
-            out.add_activity(definition.fn, name=definition.name)
+            out.add_activity(
+                definition.fn,
+                name=definition.name,
+                task_queue=definition.task_queue,
+                max_concurrency=definition.max_concurrency,
+            )
     for name, fn in by_name.items():
         out.add_activity(fn, name=name)
     return out

@@ -6,12 +6,10 @@ import threading
 
 import pytest
 
+from engine.core.messages import ActivityTask
 from engine.core.payloads import Payload, describe_payload
-from engine.services.activity_threads import (
-    AbandoningThreads,
-    ActivityTimeoutError,
-    deadline_passed,
-)
+from engine.services.activity_threads import AbandoningThreads, ActivityTimeoutError
+from engine.services.activity_timeouts import not_startable, run_timeout_s
 
 
 def test_a_hung_run_is_abandoned_and_others_still_run() -> None:
@@ -46,11 +44,29 @@ def test_errors_and_values_come_back_and_threads_are_reused() -> None:
         threads.submit(lambda: None, 0, "late")
 
 
+def _task(**kw: int) -> ActivityTask:
+    return ActivityTask("i", name="a", scheduled_ms=1000, **kw)  # type: ignore[arg-type]
+
+
 def test_an_attempt_past_its_deadline_is_not_started() -> None:
-    assert deadline_passed(scheduled_ms=1000, timeout_ms=500, now_ms=1500)
-    assert not deadline_passed(scheduled_ms=1000, timeout_ms=500, now_ms=1499)
-    assert not deadline_passed(scheduled_ms=1000, timeout_ms=0, now_ms=10**12)
-    assert not deadline_passed(scheduled_ms=0, timeout_ms=500, now_ms=10**12)
+    late = not_startable(_task(deadline_ms=1500), 1500)
+    assert late is not None and late.type == "ActivityTimeoutError" and late.retryable
+    assert not_startable(_task(deadline_ms=1500), 1499) is None
+    assert not_startable(_task(timeout_ms=500), 10**12) is None  # start-to-close: from start
+
+
+def test_an_attempt_that_waited_past_schedule_to_start_fails_for_good() -> None:
+    waited = not_startable(_task(schedule_to_start_ms=200), 1201)
+    assert waited is not None and not waited.retryable and "schedule-to-start" in waited.message
+    assert not_startable(_task(schedule_to_start_ms=200), 1200) is None
+
+
+def test_the_run_time_is_start_to_close_cut_to_the_deadline() -> None:
+    assert run_timeout_s(_task(timeout_ms=5000), 1000) == 5.0
+    assert run_timeout_s(_task(timeout_ms=5000, deadline_ms=3000), 1000) == 2.0
+    assert run_timeout_s(_task(deadline_ms=3000), 1000) == 2.0
+    assert run_timeout_s(_task(), 1000) == 0.0
+    assert run_timeout_s(_task(timeout_ms=5000, deadline_ms=900), 1000) == 0.001
 
 
 def test_an_undecodable_payload_is_described_not_raised() -> None:

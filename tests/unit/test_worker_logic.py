@@ -23,6 +23,7 @@ from engine.core.messages import (
 from engine.core.payloads import from_payload, to_payload
 from engine.runtime.registry import Registry
 from engine.services.worker import (
+    REQUEUES_HEADER,
     CommitPolicy,
     FlowAction,
     OffsetTracker,
@@ -226,20 +227,53 @@ def test_failures_carry_type_message_cause_and_retryability(worker: Worker) -> N
     assert (final.type, final.retryable) == ("Declined", False)
 
 
-def test_an_unknown_activity_fails_for_good_and_names_the_registered_ones(worker: Worker) -> None:
-    worker.accept([_record(_task("nope"))])
-    [result] = _results(worker, 1)
-    assert result.failure is not None
-    assert result.failure.type == "ActivityNotRegistered"
-    assert not result.failure.retryable
-    assert "'nope'" in result.failure.message and "double" in result.failure.message
+def test_an_unknown_activity_is_never_failed_it_goes_back_to_its_queue(worker: Worker) -> None:
+    worker.source_partitions = 3
+    worker.assigned([2])
+    [note] = worker.accept([_record(_task("nope"), offset=7, partition=2)])
+    result = decode_message(note.value)
+    assert isinstance(result, ActivityResult)
+    assert result.failure is None and result.output is None
+    assert "'nope'" in result.unserved and "double" in result.unserved
+    assert "--task-queue default" in result.unserved
+    assert worker.offsets.to_commit() == {2: 7}  # held: not committed past it yet
+    assert not worker.idle and worker.held == 1
+    out: list[Outbound] = []
+    deadline = time.monotonic() + 5
+    while not out and time.monotonic() < deadline:
+        out = worker.collect(0.05)
+    [requeued] = out
+    assert requeued.requeue_to == 0  # the next partition, wrapping around
+    assert requeued.value == _record(_task("nope")).value
+    assert dict(requeued.headers)[REQUEUES_HEADER] == b"1"
+    assert worker.offsets.to_commit() == {2: 8} and worker.idle
+    assert worker.stats["unserved"] == 1 and worker.stats["failures"] == 0
+
+
+def test_a_requeued_task_waits_longer_each_time_it_comes_back() -> None:
+    record = _record(_task("nope"))
+    again = TaskRecord(0, 1, record.key, record.value, 0, headers=((REQUEUES_HEADER, b"3"),))
+    w = Worker(Registry(), source_topic=TOPIC)
+    w.assigned([0])
+    w.accept([again])
+    assert w.collect(0.2) == []  # 0.5 s doubled three times: not due for a while
+    assert w.held == 1
+    assert w.drop_backlog() == 1 and w.idle
 
 
 def test_the_idempotency_key_is_available_to_sync_and_async_activities(worker: Worker) -> None:
     worker.accept([_record(_task("key", attempt=3), 0), _record(_task("akey", task_id=2), 1)])
     by_task = {r.task_id: from_payload(r.output) for r in _results(worker, 2)}
-    assert by_task[1] == "wf-1/2/1/3"
-    assert by_task[2] == ["wf-1/2/2/1", 1]
+    assert by_task[1] == "wf-1/2/1"
+    assert by_task[2] == ["wf-1/2/2", 1]
+
+
+def test_every_attempt_of_a_call_gets_the_same_key_and_its_own_attempt_number(
+    worker: Worker,
+) -> None:
+    worker.accept([_record(_task("akey", attempt=n), n) for n in (1, 2, 3)])
+    outputs = [from_payload(r.output) for r in _results(worker, 3)]
+    assert sorted(outputs) == [["wf-1/2/1", 1], ["wf-1/2/1", 2], ["wf-1/2/1", 3]]
 
 
 def test_activities_without_input_and_unserialisable_results(worker: Worker) -> None:
@@ -349,7 +383,7 @@ def test_current_activity_outside_an_activity_says_how_to_test() -> None:
         current_activity()
     info = ActivityContext(_task("x"))
     with activity_scope(info):
-        assert current_activity().idempotency_key == "wf-1/2/1/1"
+        assert current_activity().idempotency_key == "wf-1/2/1"
 
 
 def test_concurrency_must_be_positive(registry: Registry) -> None:

@@ -279,13 +279,33 @@ def _deliver(b: Batch, msg: Message, inbound: Inbound) -> None:
 
 
 def on_activity_result(b: Batch, msg: ActivityResult, now_ms: int) -> None:
+    if msg.unserved:
+        _note_unserved(b, msg)
+        return
     body: Any
+    item = b.load(msg.instance_id)
+    if item.meta.unserved:
+        item.meta.unserved = ""  # some worker serves it after all: the note is over
+        b.save(item.meta)
     failure = msg.failure or oversized_result(b, msg)
     if failure is not None:
-        body = TaskFailed(msg.task_id, failure, msg.attempt)
+        body = TaskFailed(msg.task_id, failure, msg.attempt, msg.details)
     else:
         body = TaskCompleted(msg.task_id, msg.output, msg.attempt)
     _deliver(b, msg, Inbound(body, msg.generation))
+
+
+def _note_unserved(b: Batch, msg: ActivityResult) -> None:
+    """A worker received the task but does not register the activity (the task went back
+    to its queue): show it in the status, so a missing worker is visible, until a result
+    arrives. Nothing reaches the workflow code: the attempt is still open."""
+    item = b.load(msg.instance_id)
+    meta = item.meta
+    if meta.status in (RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED) and (
+        msg.generation == meta.generation and meta.unserved != msg.unserved
+    ):
+        meta.unserved = msg.unserved
+        b.save(meta)
 
 
 def oversized_result(b: Batch, msg: ActivityResult) -> FailureDetails | None:

@@ -47,7 +47,7 @@ from engine.core.messages import (
 from engine.runtime import actions as act
 from engine.runtime.actions import TurnResult
 from engine.runtime.interrupt import TurnEventsExceeded
-from engine.services.processor import keys, parking, spans
+from engine.services.processor import cancels, keys, parking, spans
 from engine.services.processor.batch import Batch
 from engine.services.processor.poison import BOUND_ERRORS, TINY, check_turn, fitting
 from engine.services.processor.state import Loaded
@@ -101,6 +101,7 @@ def _step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
         handler = ACTION_HANDLERS.get(type(action))
         if handler is not None:
             handler(b, item, action, now_ms)
+    cancels.after_turn(b, item, inbox, result)  # workers stop what it no longer waits for
     _refresh_meta(item, now_ms)
     b.save(meta)
     if meta.status is not None and meta.status.is_terminal:
@@ -144,8 +145,9 @@ def _run_turn(b: Batch, item: Loaded, inbox: list[Inbound], now_ms: int) -> Turn
 
 
 def _step(b: Batch, item: Loaded, inbox: list[Inbound], now_ms: int) -> TurnResult:
+    execution = b.execution(item)
+    cancels.before_turn(item, execution)
     try:
-        execution = b.execution(item)
         spans.stepping(b, execution.history)
         return execution.step(inbox, now_ms)
     except TurnEventsExceeded as exc:
@@ -310,18 +312,24 @@ def _schedule_activity(b: Batch, item: Loaded, a: act.ScheduleActivity, now_ms: 
         input=a.input,
         timeout_ms=a.timeout_ms,
         scheduled_ms=now_ms,
+        task_queue=a.task_queue,
+        schedule_to_start_ms=a.schedule_to_start_ms,
+        deadline_ms=a.deadline_ms,
+        heartbeat_timeout_ms=a.heartbeat_timeout_ms,
+        heartbeat_details=a.heartbeat_details,
     )
-    b.send(b.env.topics.activity_tasks, task)
+    b.send(b.env.topics.task_queue(a.task_queue), task)
 
 
 def _cancel_activity(b: Batch, item: Loaded, a: act.CancelActivity, now_ms: int) -> None:
     """The workflow stopped waiting for a running attempt (``ActivityCancelRequested`` is
     already in the turn's history, and the attempt's late result will be rejected as
-    stale). Nothing is sent yet: the attempt runs on until it ends or times out; delivering
-    the request to the worker that runs it belongs here."""
+    stale). The worker is told by :func:`cancels.after_turn`, which sees after this turn
+    that the attempt is no longer waited for, like every other abandoned attempt; this
+    handler says so in the log."""
     log.info(
-        "%s: activity %s (task %d, attempt %d, idempotency key %s) cancelled: its result "
-        "will be dropped",
+        "%s: activity %s (task %d, attempt %d, idempotency key %s) cancelled: its worker "
+        "is told, a late result will be dropped",
         item.meta.instance_id,
         a.name,
         a.task_id,

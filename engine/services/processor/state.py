@@ -144,6 +144,10 @@ class StatusCounts:
         return dict(self._counts)
 
 
+#: An open activity attempt: generation, attempt number, task queue.
+OpenAttempt = tuple[int, int, str]
+
+
 @dataclass
 class Loaded:
     """An instance as the batch sees it: its metadata row and, if running, its execution."""
@@ -156,6 +160,9 @@ class Loaded:
     #: Trace contexts (trace id, span id) of the records that fed the coming turn, with
     #: tracing on: its span links to them (``spans``; never stored).
     trace_links: list[tuple[str, str]] = field(default_factory=list)
+    #: The activity attempts sent to workers and not settled, by task id (see
+    #: ``processor.cancels``; None: not known yet, read from the execution).
+    open_attempts: dict[int, OpenAttempt] | None = None
 
 
 class InstanceCache:

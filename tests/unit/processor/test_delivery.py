@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from engine import ApplicationError, Registry, WorkflowContext
+from engine.codec import decode_message
 from engine.core.history import EventRaised, RuntimeStatus
+from engine.core.messages import ActivityCancel
 from engine.testing import TestEngine
 
 registry = Registry()
@@ -298,8 +300,15 @@ def test_a_losing_activity_gets_a_cancellation_request_and_its_late_result_is_st
     assert "TaskCompleted" not in kinds  # the attempt's result came back late: dropped
     counters = env.processors[env.partition_of("ar-1")].counters
     assert counters.rejected_kinds["TaskCompleted"] == 1
-    # the CancelActivity action reached its handler with the attempt's idempotency key
-    assert "idempotency key ar-1/0/0/1) cancelled" in caplog.text
+    # the CancelActivity action reached its handler with the call's idempotency key
+    assert "idempotency key ar-1/0/0) cancelled" in caplog.text
+    # and the worker was told: an ActivityCancel for attempt 1 on the task's queue
+    cancels = [
+        decode_message(r.value)
+        for r in env.records(env.topics.activity_tasks)
+        if r.value is not None and type(decode_message(r.value)) is ActivityCancel
+    ]
+    assert [(c.instance_id, c.task_id, c.attempt) for c in cancels] == [("ar-1", 0, 1)]
 
 
 def child_state(env: TestEngine, instance_id: str) -> tuple[RuntimeStatus, Any]:

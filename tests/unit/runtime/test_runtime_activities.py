@@ -29,6 +29,7 @@ from engine.core.history import (
 )
 from engine.core.payloads import to_payload
 from engine.runtime import CancelTimer, CreateTimer, ScheduleActivity, WorkflowExecution
+from engine.runtime.activity_options import DEFAULT_START_TO_CLOSE_S
 
 reg = Registry()
 calls: dict[str, int] = {}
@@ -158,9 +159,9 @@ def test_a_late_result_of_a_timed_out_attempt_is_rejected() -> None:
     late = Inbound(TaskCompleted(0, to_payload("late"), attempt=1), 0)
     assert "a retry is pending" in execution.step([late], 5500).rejected[0].reason
     result = execution.step([Inbound(TimerFired(2, 6000), 0)], 6000)
-    assert result.actions == [
-        ScheduleActivity(0, "slow", None, 2, 5000, generation=0),
+    assert result.actions == [  # the task carries its timer's time as its deadline
         CreateTimer(3, 11000, generation=0),
+        ScheduleActivity(0, "slow", None, 2, 5000, generation=0, deadline_ms=11000),
     ]
     assert "the current attempt is 2" in execution.step([late], 6500).rejected[0].reason
     done = execution.step([Inbound(TaskCompleted(0, to_payload("ok"), attempt=2), 0)], 7000)
@@ -181,7 +182,9 @@ def _started() -> WorkflowExecution:
     execution = WorkflowExecution(reg, "wf")
     args = {"name": "flaky", "input": 0, "policy": {"max_attempts": 3}}
     result = execution.step([Inbound(ExecutionStarted("call_one", to_payload(args)))], 1000)
-    assert result.actions == [ScheduleActivity(0, "flaky", to_payload(0), 1, 0, generation=0)]
+    # no timeout named: the default start-to-close goes to the worker, no timer here
+    default = round(DEFAULT_START_TO_CLOSE_S * 1000)
+    assert result.actions == [ScheduleActivity(0, "flaky", to_payload(0), 1, default, generation=0)]
     return execution
 
 

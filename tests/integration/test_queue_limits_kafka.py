@@ -1,0 +1,68 @@
+"""A task queue's fleet-wide rate limit on the real broker: two workers share the queue and
+together start no more than N activities per second (within 10 % over 10 s)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from engine.adapters.kafka_admin import ensure_task_queue_topics
+from engine.adapters.kafka_config import producer_config
+from engine.adapters.kafka_worker import KafkaWorker
+from engine.codec import encode_message
+from engine.core.messages import ActivityTask
+from engine.core.payloads import to_payload
+from engine.runtime.registry import Registry
+from engine.services.queue_limits import QueueLimits
+from tests.engine_harness import ThreadProcess, running_engine, wait_until
+
+pytestmark = pytest.mark.kafka
+
+RATE = 20.0
+WINDOW_S = 10.0
+starts: list[float] = []
+lock = threading.Lock()
+registry = Registry()
+
+
+@registry.activity(name="rated.tick", task_queue="rated")
+def tick(n: int) -> int:
+    with lock:
+        starts.append(time.monotonic())
+    return n
+
+
+def test_a_queue_rate_limit_holds_across_two_workers(kafka_bootstrap: str) -> None:
+    with running_engine(kafka_bootstrap, workers=0, replicas=0, modules=[]) as engine:
+        ensure_task_queue_topics(engine.settings, ["rated"])
+        producer = Producer(producer_config(kafka_bootstrap))
+        topic = engine.topics.task_queue("rated")
+        for n in range(int(RATE * WINDOW_S * 1.6)):
+            task = ActivityTask(f"i-{n}", 0, 0, 1, "rated.tick", to_payload(n), task_queue="rated")
+            producer.produce(topic, encode_message(task), task.instance_id.encode())
+        assert producer.flush(30) == 0
+        workers = []
+        for name in ("w1", "w2"):
+            worker = KafkaWorker(
+                engine.settings,
+                registry,
+                worker_id=name,
+                task_queue="rated",
+                queue_limits=QueueLimits(rate=RATE),
+                shutdown_timeout_s=5,
+            )
+            engine.workers[name] = ThreadProcess(name, worker.run).start()
+            workers.append(worker)
+        wait_until(
+            lambda: starts and starts[-1] - starts[0] >= WINDOW_S + 1,
+            timeout=120,
+            what="11 seconds of starts",
+        )
+        first = starts[0]
+        in_window = sum(1 for t in starts if first <= t < first + WINDOW_S)
+    expected = RATE * WINDOW_S
+    assert expected * 0.9 <= in_window <= expected * 1.1, in_window
+    assert all(w.worker.stats["failures"] == 0 for w in workers)
