@@ -58,6 +58,7 @@ __all__ = [
     "RecordRejectedError",
     "TransactionalProducer",
     "kafka_error",
+    "leave_group",
     "log_end_offsets",
     "make_consumer",
     "poll_batch",
@@ -417,6 +418,33 @@ def make_consumer(
         kwargs["on_lost"] = on_lost
     consumer.subscribe(list(topics or ()), **kwargs)
     return consumer
+
+
+def leave_group(consumer: Consumer, timeout_s: float = 5.0) -> bool:
+    """Leave the consumer group now, so the partitions move to the other members at once.
+
+    A static member (``group.instance.id``) does not leave its group when it closes: the
+    coordinator keeps its partitions for it until its session times out, which is what lets a
+    crashed process restart into its old assignment. librdkafka skips the LeaveGroup request
+    only when the consumer *terminates*; ``unsubscribe()`` revokes the assignment (the revoke
+    callback runs in the polls below) and then sends it, for static members too. Records
+    polled meanwhile are dropped: they were never handled, so their offsets are not
+    committed and the next owner reads them. Returns whether the assignment was released in
+    time (a broker that does not answer leaves the group to the session timeout).
+    """
+    try:
+        consumer.unsubscribe()
+    except KafkaException as exc:
+        log.warning("leaving the consumer group failed: %s", exc)
+        return False
+    deadline = time.monotonic() + timeout_s
+    while consumer.assignment():
+        if time.monotonic() >= deadline:
+            log.warning("the consumer group did not take the partitions back in %.0fs", timeout_s)
+            return False
+        consumer.poll(0.05)
+    consumer.poll(0.05)  # let the LeaveGroup request go out before close()
+    return True
 
 
 def poll_batch(consumer: Consumer, max_records: int, timeout_s: float) -> list[Message]:

@@ -42,12 +42,17 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from engine.adapters.kafka_config import consumer_config, transactional_producer_config
+from engine.adapters.kafka_config import (
+    consumer_config,
+    group_membership,
+    transactional_producer_config,
+)
 from engine.adapters.kafka_deadline import ends_process_if_stuck
 from engine.adapters.kafka_io import (
     AbortedTransaction,
     Delivered,
     TransactionalProducer,
+    leave_group,
     poll_batch,
 )
 from engine.adapters.kafka_isolation import Produced, produce_batch, refused_in_delivery
@@ -174,6 +179,8 @@ class ProcessorRunner:
             settings.bootstrap_servers, settings.processor_group, client_id=client_id
         )
         consumer.update(PROCESSOR_CONSUMER)
+        consumer.update(group_membership(settings.replica_id, static=settings.static_membership))
+        consumer.update(settings.extra_kafka)
         self._consumer = Consumer(consumer)
         producer = transactional_producer_config(
             settings.bootstrap_servers, client_id, transaction_timeout_ms=10_000
@@ -200,6 +207,10 @@ class ProcessorRunner:
     def close(self) -> None:
         log.info("processor %s stopping: %s", self.settings.replica_id, self.progress)
         with ends_process_if_stuck(f"stopping processor {self.settings.replica_id}", CLOSE_S):
+            try:
+                leave_group(self._consumer)  # hand the partitions over now (static member)
+            except Exception as exc:  # the revocation failed: closing still has to happen
+                log.warning("leaving the consumer group: %s", exc)
             try:
                 self._consumer.close()
             except (KafkaException, RuntimeError) as exc:  # pragma: no cover - best effort

@@ -21,12 +21,17 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from engine.adapters.kafka_config import consumer_config, transactional_producer_config
+from engine.adapters.kafka_config import (
+    consumer_config,
+    group_membership,
+    transactional_producer_config,
+)
 from engine.adapters.kafka_deadline import ends_process_if_stuck
 from engine.adapters.kafka_io import (
     AbortedTransaction,
     RecordRejectedError,
     TransactionalProducer,
+    leave_group,
     make_consumer,
     poll_batch,
     resume_partitions,
@@ -119,6 +124,7 @@ class KafkaWorker:
                 "session.timeout.ms": 10_000,
                 "heartbeat.interval.ms": 1_000,
                 "max.poll.interval.ms": 300_000,
+                **group_membership(self.worker_id, static=s.static_membership),
                 **s.extra_kafka,
                 **self.consumer_overrides,
             },
@@ -371,6 +377,10 @@ class KafkaWorker:
     def _close(self) -> None:
         with ends_process_if_stuck(f"stopping worker {self.worker_id}", CLOSE_S):
             if self._consumer is not None:
+                try:
+                    leave_group(self._consumer)  # hand the partitions over now (static member)
+                except Exception as exc:  # the revocation failed: closing still has to happen
+                    log.warning("leaving the consumer group failed: %s", exc)
                 try:
                     self._consumer.close()
                 except Exception as exc:  # closing must not hide the error that ended the loop

@@ -59,6 +59,10 @@ class Settings:
     cache_instances: int = 10000
     worker_concurrency: int = 16
     worker_id: str = "worker-0"
+    #: Processors and workers join their groups as static members (``group.instance.id`` =
+    #: replica id / worker id): a crashed one that restarts gets its partitions back at once
+    #: instead of after the session timeout.
+    static_membership: bool = True
     modules: tuple[str, ...] = ()
     #: librdkafka settings added to every Kafka client (security, tuning): ``[kafka]`` in
     #: the TOML file, ``--kafka KEY=VALUE`` flags, or ``TURNSTILE_EXTRA_KAFKA``.
