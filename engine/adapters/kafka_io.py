@@ -12,8 +12,10 @@ librdkafka's transactional API asks of its callers, so that every caller reacts 
   same ``transactional.id`` (its ``init_transactions`` fences the old instance and aborts
   whatever it left open - librdkafka has no KIP-890 to make a timed-out commit safe to
   retry) and raise :class:`AbortedTransaction`;
-- being *fenced* raises :class:`ProducerFencedError`: another process now owns this
-  ``transactional.id``, so this one must stop rather than fence it back;
+- being *fenced* raises :class:`ProducerFencedError`: another process took this
+  ``transactional.id``, or this one stalled past the transaction timeout; the caller drops
+  its uncommitted work and makes a new producer, a bounded number of times
+  (:mod:`engine.adapters.kafka_recovery`), rather than fencing back in a loop;
 - a blocking call (``init_transactions``, ``send_offsets_to_transaction``,
   ``commit_transaction``, ``abort_transaction``) that does not return by its deadline is
   abandoned with its producer (:mod:`engine.adapters.kafka_deadline`): the producer is
@@ -144,6 +146,7 @@ class TransactionalProducer:
         self.refused: list[tuple[str, bytes | None, KafkaError]] = []
         self.last_delivered: list[Delivered] = []
         self.recreated = 0
+        self._stuck = False
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -159,6 +162,8 @@ class TransactionalProducer:
             # A fresh producer that cannot even initialise: nothing left to recreate.
             self._calls.on_stuck(f"a new producer could not initialise transactions: {exc}")
         except KafkaException as exc:
+            # closed, or it would go on trying and fence its successor once the broker is back
+            close_within(f"closing producer {self.transactional_id}", producer.close, 1.0)
             raise BrokerError(
                 f"could not initialise transactions for transactional.id "
                 f"{self.transactional_id!r}: {exc}. Check that the brokers are reachable and "
@@ -176,6 +181,7 @@ class TransactionalProducer:
         log.warning("recreating transactional producer %s: %s", self.transactional_id, reason)
         self._open = False
         old = self._producer
+        self._stuck = stuck  # until a new producer replaced it, close() must not touch it
         if not stuck:
             try:
                 old.purge(True, True, False)
@@ -184,6 +190,7 @@ class TransactionalProducer:
             # close() flushes without a timeout: never let it hold up the new producer
             close_within(f"closing the old producer {self.transactional_id}", old.close, 1.0)
         self._producer = self._new_producer()
+        self._stuck = False
         self.recreated += 1
 
     def close(self) -> None:
@@ -193,9 +200,12 @@ class TransactionalProducer:
                 self.abort()
             except BrokerError as exc:
                 log.warning("abort on close failed: %s", exc)
-        close_within(
-            f"closing producer {self.transactional_id}", self._producer.close, self.timeout_s
-        )
+        if self._stuck:  # a call is still inside it, and destroying it then is not safe
+            log.warning("leaving producer %s behind: a call on it is stuck", self.transactional_id)
+        else:
+            close_within(
+                f"closing producer {self.transactional_id}", self._producer.close, self.timeout_s
+            )
         self._calls.close()
 
     @property
@@ -374,9 +384,9 @@ class TransactionalProducer:
             raise ProducerFencedError(
                 f"transactional.id {self.transactional_id!r} was fenced: either another "
                 f"process now uses it, or this process stalled for longer than the transaction "
-                f"timeout and the broker aborted its transaction. This process stops; restart "
-                f"it (a supervisor should), and give every running process its own id "
-                f"(worker id / replica id)."
+                f"timeout and the broker aborted its transaction. Its work since the last "
+                f"commit is dropped and done again with a new producer (a bounded number of "
+                f"times); give every running process its own id (worker id / replica id)."
             )
 
     def _abort_and_raise(self, reason: str) -> None:
