@@ -28,6 +28,10 @@ HEADERS = {
     "restore": "| date (UTC) | commit | machine | params | records | restore s "
     "| instances/s | records/s | slowest partition s |\n"
     "|---|---|---|---|---:|---:|---:|---:|---:|",
+    "restart": "| date (UTC) | commit | machine | static membership | params "
+    "| restart-to-first-turn s (median) | max s | process up s | partitions restored s "
+    "| clean-stop handover s |\n"
+    "|---|---|---|---|---|---:|---:|---:|---:|---:|",
     "peers": "| date (UTC) | machine | peer / variant | wf/s | act/s | p50 ms | p99 ms |\n"
     "|---|---|---|---:|---:|---:|---:|",
 }
@@ -101,6 +105,25 @@ def add_chain3(result: dict[str, Any], peer: dict[str, Any] | None) -> None:
         ]
     )
     append_row("chain3", row)
+
+
+def add_restart(result: dict[str, Any]) -> None:
+    med = result["median"]
+    row = _row(
+        [
+            _date(result),
+            result["commit"],
+            machine_line(result["host"]),
+            "on" if result["static"] else "off",
+            _params(result["params"], ("repeats", "partitions")),
+            med.get("first_turn_s"),
+            med.get("max_first_turn_s"),
+            med.get("up_s"),
+            med.get("assigned_s"),
+            med.get("handover_s"),
+        ]
+    )
+    append_row("restart", row)
 
 
 def add_fanout(result: dict[str, Any]) -> None:

@@ -1,4 +1,5 @@
-"""Every benchmark in one command: chain3 (inline, activities), fan-out, replay, restore.
+"""Every benchmark in one command: chain3 (inline, activities), fan-out, replay, restore,
+restart.
 
     .venv/bin/python benchmarks/run_all.py            # full sizes, appends to RESULTS.md
     .venv/bin/python benchmarks/run_all.py --peers    # also Restate and DBOS, for ratios
@@ -29,11 +30,12 @@ import fanout
 import harness
 import peers
 import replay
+import restart
 import restore
 import results_md
 from common import emit, git_commit, host_info, progress
 
-BENCHMARKS = ("chain3", "fanout", "replay", "restore")
+BENCHMARKS = ("chain3", "fanout", "replay", "restore", "restart")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -84,7 +86,7 @@ def attempt(name: str, fn: Callable[[], Any], failures: list[str]) -> Any:
 def run_kafka_benchmarks(
     args: argparse.Namespace, wanted: set[str], failures: list[str]
 ) -> dict[str, Any]:
-    """chain3, fan-out and restore, one after the other against one broker."""
+    """chain3, fan-out, restore and restart, one after the other against one broker."""
     out: dict[str, Any] = {}
     with harness.kafka(args.bootstrap_servers) as broker:
         if broker.pid is not None and not args.quick:
@@ -106,6 +108,11 @@ def run_kafka_benchmarks(
             result = attempt("restore", lambda: restore.run(broker, restore_params(args)), failures)
             if result is not None:
                 out["restore"] = result
+        if "restart" in wanted:
+            params = restart.Params(repeats=1 if args.quick else 3, partitions=args.partitions)
+            result = attempt("restart", lambda: restart.run(broker, params), failures)
+            if result is not None:
+                out["restart"] = result
     return out
 
 
@@ -125,6 +132,8 @@ def write_results_md(out: dict[str, Any], peer_results: dict[str, Any]) -> None:
         results_md.add_replay(out["replay"])
     if "restore" in out:
         results_md.add_restore(out["restore"])
+    for result in out.get("restart", []):
+        results_md.add_restart(result)
     if peer_results:
         results_md.add_peers(list(peer_results.values()), host_info())
     progress(f"rows appended to {results_md.PATH}")

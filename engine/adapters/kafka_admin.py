@@ -125,12 +125,25 @@ def check(
 ) -> TopicDiff:
     """How the cluster differs from the spec (empty diff: all is as declared)."""
     admin = admin or admin_for(settings)
-    desired = desired_topics(spec, settings)
     try:
+        # an automatic replication factor (0) follows the cluster's size
+        brokers = 1 if settings.replication_factor else broker_count(admin, timeout)
+        desired = desired_topics(spec, settings, brokers=brokers)
         actual = describe(admin, [t.name for t in desired], timeout)
     except KafkaException as exc:
         raise _broker_error(settings, "describe the topics", exc) from exc
     return diff_topics(desired, actual)
+
+
+def broker_count(admin: Any, timeout: float = DEFAULT_TIMEOUT) -> int:
+    """How many brokers the cluster has: the live ones its metadata lists, and any other
+    that holds a replica (one that is down for a restart still counts)."""
+    metadata = admin.list_topics(timeout=timeout)
+    ids = set(metadata.brokers)
+    for topic in metadata.topics.values():
+        for partition in topic.partitions.values():
+            ids.update(partition.replicas)
+    return len(ids)
 
 
 def apply(

@@ -21,6 +21,7 @@ __all__ = [
     "bootstrap_servers_from_env",
     "consumer_config",
     "expected_partition",
+    "group_membership",
     "producer_config",
     "transactional_producer_config",
 ]
@@ -133,6 +134,20 @@ def consumer_config(
     )
     config.update(overrides)
     return config
+
+
+def group_membership(instance_id: str, *, static: bool = True) -> KafkaConfig:
+    """How a processor replica or a worker joins its consumer group.
+
+    Static membership (KIP-345, ``group.instance.id``): the group coordinator remembers the
+    member by this id, so a process that crashed and restarts under the same id takes its
+    old place and its old partitions at once - no rebalance, no waiting out the dead
+    member's ``session.timeout.ms``. The id must be unique in the group (replica ids and
+    worker ids are). The price: a static member that closes does not leave the group, so a
+    clean stop must leave explicitly (:func:`engine.adapters.kafka_io.leave_group`), or its
+    partitions would sit idle for the session timeout.
+    """
+    return {"group.instance.id": instance_id} if static else {}
 
 
 def expected_partition(key: bytes, num_partitions: int) -> int:

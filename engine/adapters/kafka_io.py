@@ -12,8 +12,10 @@ librdkafka's transactional API asks of its callers, so that every caller reacts 
   same ``transactional.id`` (its ``init_transactions`` fences the old instance and aborts
   whatever it left open - librdkafka has no KIP-890 to make a timed-out commit safe to
   retry) and raise :class:`AbortedTransaction`;
-- being *fenced* raises :class:`ProducerFencedError`: another process now owns this
-  ``transactional.id``, so this one must stop rather than fence it back;
+- being *fenced* raises :class:`ProducerFencedError`: another process took this
+  ``transactional.id``, or this one stalled past the transaction timeout; the caller drops
+  its uncommitted work and makes a new producer, a bounded number of times
+  (:mod:`engine.adapters.kafka_recovery`), rather than fencing back in a loop;
 - a blocking call (``init_transactions``, ``send_offsets_to_transaction``,
   ``commit_transaction``, ``abort_transaction``) that does not return by its deadline is
   abandoned with its producer (:mod:`engine.adapters.kafka_deadline`): the producer is
@@ -58,6 +60,7 @@ __all__ = [
     "RecordRejectedError",
     "TransactionalProducer",
     "kafka_error",
+    "leave_group",
     "log_end_offsets",
     "make_consumer",
     "poll_batch",
@@ -143,6 +146,7 @@ class TransactionalProducer:
         self.refused: list[tuple[str, bytes | None, KafkaError]] = []
         self.last_delivered: list[Delivered] = []
         self.recreated = 0
+        self._stuck = False
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -158,6 +162,8 @@ class TransactionalProducer:
             # A fresh producer that cannot even initialise: nothing left to recreate.
             self._calls.on_stuck(f"a new producer could not initialise transactions: {exc}")
         except KafkaException as exc:
+            # closed, or it would go on trying and fence its successor once the broker is back
+            close_within(f"closing producer {self.transactional_id}", producer.close, 1.0)
             raise BrokerError(
                 f"could not initialise transactions for transactional.id "
                 f"{self.transactional_id!r}: {exc}. Check that the brokers are reachable and "
@@ -175,6 +181,7 @@ class TransactionalProducer:
         log.warning("recreating transactional producer %s: %s", self.transactional_id, reason)
         self._open = False
         old = self._producer
+        self._stuck = stuck  # until a new producer replaced it, close() must not touch it
         if not stuck:
             try:
                 old.purge(True, True, False)
@@ -183,6 +190,7 @@ class TransactionalProducer:
             # close() flushes without a timeout: never let it hold up the new producer
             close_within(f"closing the old producer {self.transactional_id}", old.close, 1.0)
         self._producer = self._new_producer()
+        self._stuck = False
         self.recreated += 1
 
     def close(self) -> None:
@@ -192,9 +200,12 @@ class TransactionalProducer:
                 self.abort()
             except BrokerError as exc:
                 log.warning("abort on close failed: %s", exc)
-        close_within(
-            f"closing producer {self.transactional_id}", self._producer.close, self.timeout_s
-        )
+        if self._stuck:  # a call is still inside it, and destroying it then is not safe
+            log.warning("leaving producer %s behind: a call on it is stuck", self.transactional_id)
+        else:
+            close_within(
+                f"closing producer {self.transactional_id}", self._producer.close, self.timeout_s
+            )
         self._calls.close()
 
     @property
@@ -373,9 +384,9 @@ class TransactionalProducer:
             raise ProducerFencedError(
                 f"transactional.id {self.transactional_id!r} was fenced: either another "
                 f"process now uses it, or this process stalled for longer than the transaction "
-                f"timeout and the broker aborted its transaction. This process stops; restart "
-                f"it (a supervisor should), and give every running process its own id "
-                f"(worker id / replica id)."
+                f"timeout and the broker aborted its transaction. Its work since the last "
+                f"commit is dropped and done again with a new producer (a bounded number of "
+                f"times); give every running process its own id (worker id / replica id)."
             )
 
     def _abort_and_raise(self, reason: str) -> None:
@@ -417,6 +428,33 @@ def make_consumer(
         kwargs["on_lost"] = on_lost
     consumer.subscribe(list(topics or ()), **kwargs)
     return consumer
+
+
+def leave_group(consumer: Consumer, timeout_s: float = 5.0) -> bool:
+    """Leave the consumer group now, so the partitions move to the other members at once.
+
+    A static member (``group.instance.id``) does not leave its group when it closes: the
+    coordinator keeps its partitions for it until its session times out, which is what lets a
+    crashed process restart into its old assignment. librdkafka skips the LeaveGroup request
+    only when the consumer *terminates*; ``unsubscribe()`` revokes the assignment (the revoke
+    callback runs in the polls below) and then sends it, for static members too. Records
+    polled meanwhile are dropped: they were never handled, so their offsets are not
+    committed and the next owner reads them. Returns whether the assignment was released in
+    time (a broker that does not answer leaves the group to the session timeout).
+    """
+    try:
+        consumer.unsubscribe()
+    except KafkaException as exc:
+        log.warning("leaving the consumer group failed: %s", exc)
+        return False
+    deadline = time.monotonic() + timeout_s
+    while consumer.assignment():
+        if time.monotonic() >= deadline:
+            log.warning("the consumer group did not take the partitions back in %.0fs", timeout_s)
+            return False
+        consumer.poll(0.05)
+    consumer.poll(0.05)  # let the LeaveGroup request go out before close()
+    return True
 
 
 def poll_batch(consumer: Consumer, max_records: int, timeout_s: float) -> list[Message]:

@@ -21,7 +21,7 @@ from engine.adapters.kafka_io import (
     TransactionalProducer,
     kafka_error,
 )
-from engine.core.errors import BrokerError, InstanceTurnError, PayloadTooLargeError
+from engine.core.errors import BrokerRefusalError, InstanceTurnError, PayloadTooLargeError
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.services.processor.ports import OutRecord
 
@@ -95,7 +95,7 @@ def refused_in_delivery(
 
 def refusal(partition: int, record: OutRecord, details: FailureDetails) -> InstanceTurnError:
     if not record.origin:
-        raise BrokerError(
+        raise BrokerRefusalError(
             f"a record for {record.topic} that no single instance made was refused: "
             f"{details.message}; check the topics (topics check) and the broker's limits"
         )

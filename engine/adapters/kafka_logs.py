@@ -84,17 +84,27 @@ def explain_connection_error(bootstrap_servers: str, detail: str) -> str:
             f"TLS/SASL); check the port, and for a secured cluster set security.protocol and "
             f"the sasl.*/ssl.* settings (README: managed Kafka)"
         )
+    # before the TLS test: a SASL_SSL failure names "sasl_ssl://" whatever went wrong
+    if "authentic" in lowered:
+        return (
+            f"Kafka at {bootstrap_servers} refused the credentials ({detail}); check the "
+            f"sasl.* settings"
+        )
     if "ssl" in lowered or "certificate" in lowered:
         return (
             f"the TLS handshake with Kafka at {bootstrap_servers} failed ({detail}); check the "
             f"ssl.* settings"
         )
-    if "sasl" in lowered or "authentic" in lowered:
+    if "sasl" in lowered:
         return (
             f"Kafka at {bootstrap_servers} refused the credentials ({detail}); check the "
             f"sasl.* settings"
         )
-    return f"cannot talk to Kafka at {bootstrap_servers} ({detail}); check that it runs"
+    return (
+        f"cannot talk to Kafka at {bootstrap_servers} ({detail}); check that it runs, and for "
+        f"a secured cluster (a listener that closes plaintext connections at once) set "
+        f"security.protocol and the sasl.*/ssl.* settings"
+    )
 
 
 def unreachable_message(bootstrap_servers: str, detail: str | None, timeout_s: float) -> str:

@@ -44,20 +44,31 @@ from confluent_kafka import (
 )
 
 from engine.adapters.kafka_admin import TaskQueueTopics
-from engine.adapters.kafka_config import consumer_config, transactional_producer_config
+from engine.adapters.kafka_config import (
+    consumer_config,
+    group_membership,
+    transactional_producer_config,
+)
 from engine.adapters.kafka_deadline import ends_process_if_stuck
 from engine.adapters.kafka_io import (
     AbortedTransaction,
     Delivered,
     TransactionalProducer,
+    leave_group,
     poll_batch,
 )
 from engine.adapters.kafka_isolation import Produced, produce_batch, refused_in_delivery
+from engine.adapters.kafka_recovery import Recovery
 from engine.adapters.kafka_restore import RestoreReport, restore_tables
 from engine.adapters.rocks_store import RocksPartitionStore
 from engine.config.settings import Settings
 from engine.config.topics import TopicNames, topic_max_message_bytes, topic_names
-from engine.core.errors import BrokerError, InstanceTurnError, RecordHandlingError
+from engine.core.errors import (
+    BrokerError,
+    BrokerRefusalError,
+    InstanceTurnError,
+    RecordHandlingError,
+)
 from engine.runtime.registry import Registry
 from engine.services.processor.batch import Batch
 from engine.services.processor.partition import Counters, Environment, PartitionProcessor
@@ -176,20 +187,32 @@ class ProcessorRunner:
         #: Set once a batch failed beyond repair: nothing may be committed after it.
         self._failed = False
         self._stop: threading.Event | None = None
-        client_id = f"{settings.namespace}.processor.{settings.replica_id}"
-        consumer = consumer_config(
-            settings.bootstrap_servers, settings.processor_group, client_id=client_id
+        self._client_id = f"{settings.namespace}.processor.{settings.replica_id}"
+        self._recovery = Recovery(f"processor {settings.replica_id}")
+        self._consumer = self._new_consumer()
+        self._producer = self._new_producer()
+
+    def _new_consumer(self) -> Consumer:
+        settings = self.settings
+        config = consumer_config(
+            settings.bootstrap_servers, settings.processor_group, client_id=self._client_id
         )
-        consumer.update(PROCESSOR_CONSUMER)
-        self._consumer = Consumer(consumer)
-        producer = transactional_producer_config(
-            settings.bootstrap_servers, client_id, transaction_timeout_ms=10_000
+        config.update(PROCESSOR_CONSUMER)
+        config.update(group_membership(settings.replica_id, static=settings.static_membership))
+        config.update(settings.extra_kafka)
+        return Consumer(config)
+
+    def _new_producer(self) -> TransactionalProducer:
+        """A transactional producer under the replica's id; its ``init_transactions`` fences
+        any earlier one and aborts what that left open."""
+        config = transactional_producer_config(
+            self.settings.bootstrap_servers, self._client_id, transaction_timeout_ms=10_000
         )
-        producer.update(
-            {"linger.ms": 1, "message.max.bytes": topic_max_message_bytes(settings)}
-            | settings.extra_kafka
+        config.update(
+            {"linger.ms": 1, "message.max.bytes": topic_max_message_bytes(self.settings)}
+            | self.settings.extra_kafka
         )
-        self._producer = TransactionalProducer(producer, client_id)
+        return TransactionalProducer(config, self._client_id)
 
     @functools.cached_property
     def _queues(self) -> TaskQueueTopics:
@@ -199,19 +222,63 @@ class ProcessorRunner:
     # --- lifecycle --------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
+        """Run batches until ``stop`` is set. A Kafka failure (fenced, stalled past the
+        transaction timeout, a broker that went away) recreates the clients and rejoins,
+        within the bounds of :class:`Recovery`; anything else stops the replica."""
         self._stop = stop
+        self._subscribe()
+        try:
+            while not stop.is_set():
+                try:
+                    self.run_batch()
+                except BrokerRefusalError:
+                    raise
+                except (BrokerError, KafkaException) as exc:
+                    self._rejoin(exc, stop)
+                else:
+                    self._recovery.succeeded(self.progress.transactions + self.progress.restores)
+        finally:
+            self.close()
+
+    def _subscribe(self) -> None:
         inputs = [self.topics.commands, self.topics.activity_results, self.topics.instance_messages]
         self._consumer.subscribe(inputs, on_assign=self._assigned, on_revoke=self._revoked)
         log.info("processor %s consuming %s", self.settings.replica_id, ", ".join(inputs))
-        try:
-            while not stop.is_set():
-                self.run_batch()
-        finally:
-            self.close()
+
+    def _rejoin(self, cause: BaseException, stop: threading.Event) -> None:
+        """Drop the consumer and the producer and start again as on a restart: the new
+        producer fences the old one, the new consumer takes the replica's place in the group
+        (static membership) and restores its partitions from the committed end. The failed
+        batch was abandoned, so nothing of it is applied or committed."""
+        self._recovery.failed(cause)  # raises once the bounds are used up
+        with ends_process_if_stuck(f"processor {self.settings.replica_id} rejoining", CLOSE_S):
+            try:
+                self._consumer.close()  # the revocation abandons: nothing is committed
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("closing the consumer to rejoin: %s", exc)
+            for pp in self.partitions.values():
+                pp.close()
+            self.partitions.clear()
+            self._producer.close()
+        while True:
+            if stop.wait(self._recovery.backoff_s()):
+                return  # stopping: close() follows (closing the clients again does nothing)
+            try:
+                self._producer = self._new_producer()
+                break
+            except BrokerError as exc:
+                self._recovery.failed(exc, again=True)
+        self._failed = False
+        self._consumer = self._new_consumer()
+        self._subscribe()
 
     def close(self) -> None:
         log.info("processor %s stopping: %s", self.settings.replica_id, self.progress)
         with ends_process_if_stuck(f"stopping processor {self.settings.replica_id}", CLOSE_S):
+            try:
+                leave_group(self._consumer)  # hand the partitions over now (static member)
+            except Exception as exc:  # the revocation failed: closing still has to happen
+                log.warning("leaving the consumer group: %s", exc)
             try:
                 self._consumer.close()
             except (KafkaException, RuntimeError) as exc:  # pragma: no cover - best effort
@@ -282,6 +349,8 @@ class ProcessorRunner:
     def _accept(self, message: Message, now_ms: int) -> None:
         error = message.error()
         if error is not None:
+            if error.fatal() or error.code() == KafkaError._FATAL:  # the consumer is dead
+                raise BrokerError(f"the consumer failed for good: {error}")
             if error.code() != KafkaError._PARTITION_EOF:
                 log.warning("consumer error: %s", error)
             return
@@ -449,7 +518,7 @@ class ProcessorRunner:
         if pp is None:  # the partition moved meanwhile: its next owner redoes the batch
             return
         if not pp.isolate(exc):
-            raise BrokerError(
+            raise BrokerRefusalError(
                 f"{exc}, and again after failing it alone; this replica stops (check the "
                 f"topics and the broker's limits)"
             ) from exc

@@ -22,16 +22,22 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from engine.adapters.kafka_admin import ensure_task_queue_topics
-from engine.adapters.kafka_config import consumer_config, transactional_producer_config
-from engine.adapters.kafka_deadline import ends_process_if_stuck
+from engine.adapters.kafka_config import (
+    consumer_config,
+    group_membership,
+    transactional_producer_config,
+)
+from engine.adapters.kafka_deadline import close_within, ends_process_if_stuck
 from engine.adapters.kafka_io import (
     AbortedTransaction,
     RecordRejectedError,
     TransactionalProducer,
+    leave_group,
     make_consumer,
     poll_batch,
     resume_partitions,
 )
+from engine.adapters.kafka_recovery import Recovery
 from engine.adapters.metrics import WorkerMetrics
 from engine.adapters.tracing import trace_header
 from engine.config.settings import Settings
@@ -57,7 +63,8 @@ _IDLE_POLL_S = 0.1
 _BUSY_POLL_S = 0.002
 _MAX_BATCH = 500
 _RETRY_MAX_S = 5.0
-_RECOVERY_S = 60.0
+#: How long the worker keeps retrying failed transactions (a broker outage) before it stops.
+_RECOVERY_S = 300.0
 _ERROR_LOG_EVERY_S = 30.0
 #: How long closing may take (leaving the group) before the process ends itself.
 CLOSE_S = 60.0
@@ -126,21 +133,30 @@ class KafkaWorker:
         self._consumer: Consumer | None = None
         self._producer: TransactionalProducer | None = None
         self._stop = threading.Event()
+        self._recovery = Recovery(f"worker {self.worker_id}")
 
     # --- wiring -----------------------------------------------------------------------------
+
+    @property
+    def _member_id(self) -> str:
+        """The consumer's client id and static group member id: one per worker id and task
+        queue, since a worker serving several queues runs one consumer per queue in the same
+        group (two members under one ``group.instance.id`` would fence each other)."""
+        return worker_transactional_id(self.settings.namespace, self.worker_id, self.task_queue)
 
     def _consumer_config(self) -> dict[str, Any]:
         s = self.settings
         return consumer_config(
             s.bootstrap_servers,
             s.worker_group,
-            client_id=worker_transactional_id(s.namespace, self.worker_id, self.task_queue),
+            client_id=self._member_id,
             **{
                 "partition.assignment.strategy": "cooperative-sticky",
                 "fetch.wait.max.ms": 10,
                 "session.timeout.ms": 10_000,
                 "heartbeat.interval.ms": 1_000,
                 "max.poll.interval.ms": 300_000,
+                **group_membership(self._member_id, static=s.static_membership),
                 **s.extra_kafka,
                 **self.consumer_overrides,
             },
@@ -156,13 +172,28 @@ class KafkaWorker:
             **{"linger.ms": 1, **s.extra_kafka},
         )
 
-    def _connect(self) -> None:
+    def _new_producer(self) -> TransactionalProducer:
+        """The worker's transactional producer; a new one fences the one before."""
         txn_id = worker_transactional_id(self.settings.namespace, self.worker_id, self.task_queue)
+        return TransactionalProducer(self._producer_config(txn_id), txn_id)
+
+    def _replace_producer(self) -> None:
+        """A new producer after being fenced (stalled past the transaction timeout) or after
+        one could not be recreated (no broker)."""
+        old, self._producer = self._producer, None
+        if old is not None:
+            old.close()
+        self._producer = self._new_producer()
+
+    def _connect(self) -> None:
         partitions = ensure_task_queue_topics(self.settings, [self.task_queue])
         self.worker.source_partitions = partitions.get(self.source_topic, 1)
         self.worker.queue_limits.set_partitions(self.worker.source_partitions, self.task_queue)
-        self._producer = TransactionalProducer(self._producer_config(txn_id), txn_id)
-        self._consumer = make_consumer(
+        self._producer = self._new_producer()
+        self._consumer = self._new_consumer()
+
+    def _new_consumer(self) -> Consumer:
+        return make_consumer(
             self._consumer_config(),
             [self.source_topic],
             on_assign=self._on_assign,
@@ -225,12 +256,17 @@ class KafkaWorker:
         busy = self.worker.running > 0
         timeout = 0.0 if busy else (_BUSY_POLL_S if self.producer.in_transaction else _IDLE_POLL_S)
         limit = 1 if self._paused else min(max(self.worker.free, 1), _MAX_BATCH)
-        messages = poll_batch(self.consumer, limit, timeout)
-        return [r for r in (self._record(m) for m in messages) if r is not None]
+        consumer = self.consumer
+        messages = poll_batch(consumer, limit, timeout)
+        records = [r for r in (self._record(m) for m in messages) if r is not None]
+        return records if self._consumer is consumer else []  # none of a replaced consumer
 
     def _record(self, message: Message) -> TaskRecord | None:
         error = message.error()
         if error is not None:
+            if error.fatal() or error.code() == KafkaError._FATAL:  # the consumer is dead
+                self._rejoin(BrokerError(f"the worker's consumer failed for good: {error}"))
+                return None
             self._log_consumer_error(error)
             return None
         _, timestamp = message.timestamp()
@@ -291,7 +327,9 @@ class KafkaWorker:
             return
         try:
             self._produce_all(records)
-        except AbortedTransaction as exc:
+        except RecordRejectedError:
+            raise  # a dead letter the producer refuses: no retry makes it fit
+        except BrokerError as exc:  # aborted, fenced, or no producer while the broker is away
             self._recover(exc)
 
     def _produce_all(self, records: list[Outbound]) -> None:
@@ -325,7 +363,7 @@ class KafkaWorker:
             positions = [TopicPartition(self.source_topic, p, o) for p, o in offsets.items()]
             self.producer.send_offsets(positions, self.consumer.consumer_group_metadata())
             self.producer.commit()
-        except AbortedTransaction as exc:
+        except BrokerError as exc:  # aborted, fenced, or no producer while the broker is away
             self._recover(exc)
             return
         self.policy.closed()
@@ -340,25 +378,32 @@ class KafkaWorker:
     def _recover(self, cause: BaseException) -> None:
         """After an abort: produce the worker's uncommitted output again in a new transaction
         (with backoff while the broker keeps refusing), so no finished task has to re-run.
+        A fenced producer (the worker stalled past the transaction timeout) is replaced
+        first, and so is one that could not be made again while the broker was away.
 
         Gives up with a BrokerError after ``_RECOVERY_S`` of failures (or when stopping):
         the uncommitted tasks are then redelivered to whichever worker owns them next.
         """
         self.aborts += 1
         self.policy.closed()
-        delay = 0.05
+        delay, retries = 0.05, 0
         deadline = time.monotonic() + _RECOVERY_S
-        log.warning("transaction aborted (%s); producing its records again", cause)
+        log.warning("transaction failed (%s); producing its records again", cause)
         while True:
             time.sleep(delay)
             try:
+                if not isinstance(cause, AbortedTransaction) or self._producer is None:
+                    self._replace_producer()  # fenced, or left without a working producer
                 if self.producer.in_transaction:
                     self.producer.abort()
                 pending = self.worker.uncommitted()
                 if pending:
                     self._produce_all(pending)
+                if retries:
+                    log.info("worker %s: transactions work again", self.worker_id)
                 return
-            except AbortedTransaction as exc:
+            except BrokerError as exc:  # aborted, fenced, or no broker to start a producer on
+                cause, retries = exc, retries + 1
                 self.aborts += 1
                 if time.monotonic() >= deadline or self._stop.is_set():
                     raise BrokerError(
@@ -366,9 +411,23 @@ class KafkaWorker:
                         f"tasks move to another worker. Check the brokers' health."
                     ) from exc
                 delay = min(delay * 2, _RETRY_MAX_S)
-                log.warning("retrying after another abort in %.2fs: %s", delay, exc)
+                log.warning("retrying after another failure in %.2fs: %s", delay, exc)
 
     # --- rebalancing ------------------------------------------------------------------------
+
+    def _rejoin(self, cause: BrokerError) -> None:
+        """A consumer that failed for good (librdkafka's fatal errors; a static member can
+        be fenced by its own rejoin after the coordinator restarted) is replaced, bounded by
+        :class:`Recovery`: its partitions' unfinished tasks are dropped (their offsets were
+        not committed, so whoever owns them next runs them) and a new consumer rejoins."""
+        self._recovery.failed(cause)  # raises once the bounds are used up
+        old, self._consumer = self.consumer, None
+        self.worker.revoked(tp.partition for tp in old.assignment())
+        if self.producer.in_transaction:
+            self.producer.abort()
+        close_within(f"closing the failed consumer of worker {self.worker_id}", old.close, 10.0)
+        self._paused = False
+        self._consumer = self._new_consumer()
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("assigned %s", sorted(tp.partition for tp in partitions))
@@ -377,6 +436,8 @@ class KafkaWorker:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Commit what is settled before the partitions go; drop their unfinished tasks."""
+        if consumer is not self._consumer:
+            return  # a failed consumer being closed (``_rejoin`` dropped its partitions)
         log.info("revoked %s", sorted(tp.partition for tp in partitions))
         self._send(self.worker.collect())
         self._commit()
@@ -385,6 +446,8 @@ class KafkaWorker:
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Lost partitions can no longer take offsets: abort and re-produce the rest."""
+        if consumer is not self._consumer:
+            return  # a failed consumer being closed (``_rejoin`` dropped its partitions)
         log.warning("lost %s", sorted(tp.partition for tp in partitions))
         self.worker.revoked(tp.partition for tp in partitions)
         if self.producer.in_transaction:
@@ -415,6 +478,10 @@ class KafkaWorker:
     def _close(self) -> None:
         with ends_process_if_stuck(f"stopping worker {self.worker_id}", CLOSE_S):
             if self._consumer is not None:
+                try:
+                    leave_group(self._consumer)  # hand the partitions over now (static member)
+                except Exception as exc:  # the revocation failed: closing still has to happen
+                    log.warning("leaving the consumer group failed: %s", exc)
                 try:
                     self._consumer.close()
                 except Exception as exc:  # closing must not hide the error that ended the loop

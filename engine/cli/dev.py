@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 
 from engine.cli import SubParsers
+from engine.core.errors import LocalKafkaError
+from engine.dev.local_cluster import LocalKafkaCluster, is_cluster
 from engine.dev.local_kafka import KAFKA_VERSION, LocalKafka
 
 
@@ -33,6 +35,13 @@ def _register_kafka(subparsers: SubParsers) -> None:
     _add_common(start)
     start.add_argument("--fresh", action="store_true", help="wipe the data folder first")
     start.add_argument("--port", type=int, help="broker port (default: a free port, kept)")
+    start.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        help="run a cluster of this many brokers, each also a controller (quorum of N); "
+        "3 gives topics replication factor 3 with min.insync.replicas 2 (default 1)",
+    )
     start.add_argument(
         "--timeout", type=float, default=90.0, help="seconds to wait for readiness (90)"
     )
@@ -68,22 +77,42 @@ def _broker(args: argparse.Namespace) -> LocalKafka:
     return LocalKafka(args.data_dir, port=getattr(args, "port", None))
 
 
+def _cluster(args: argparse.Namespace) -> LocalKafkaCluster | None:
+    """The cluster in the data folder (or the one ``--brokers N`` asks for), else None."""
+    brokers = getattr(args, "brokers", 1)
+    if brokers > 1 or is_cluster(args.data_dir):
+        if getattr(args, "port", None):
+            raise LocalKafkaError("--port is for a single broker; a cluster picks its ports")
+        return LocalKafkaCluster(args.data_dir, brokers if brokers > 1 else None)
+    return None
+
+
 def _start(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    if cluster is not None:
+        if args.fresh:
+            cluster.reset()
+            cluster = LocalKafkaCluster(args.data_dir, len(cluster.nodes))
+        print(cluster.start(timeout=max(args.timeout, 180.0)), flush=True)
+        return 0
     print(_broker(args).start(timeout=args.timeout, fresh=args.fresh), flush=True)
     return 0
 
 
 def _stop(args: argparse.Namespace) -> int:
-    if not _broker(args).stop(timeout=args.timeout):
+    cluster = _cluster(args)
+    stopped = cluster.stop(args.timeout) if cluster else _broker(args).stop(timeout=args.timeout)
+    if not stopped:
         print("Kafka is not running.")
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
     """Exit 0 when running, 3 when stopped (like ``systemctl status``), for scripts."""
-    status = _broker(args).status()
-    print(status.describe())
-    return 0 if status.running else 3
+    cluster = _cluster(args)
+    statuses = cluster.status() if cluster else [_broker(args).status()]
+    print("\n\n".join(status.describe() for status in statuses))
+    return 0 if all(status.running for status in statuses) else 3
 
 
 def _fetch(args: argparse.Namespace) -> int:
@@ -92,5 +121,9 @@ def _fetch(args: argparse.Namespace) -> int:
 
 
 def _reset(args: argparse.Namespace) -> int:
-    _broker(args).reset()
+    cluster = _cluster(args)
+    if cluster is not None:
+        cluster.reset()
+    else:
+        _broker(args).reset()
     return 0

@@ -15,7 +15,8 @@ from typing import Any
 
 from engine.adapters import kafka_admin
 from engine.cli import SubParsers
-from engine.cli.options import add_settings_arguments, connected_settings
+from engine.cli.options import add_settings_arguments, connected_settings, settings_from_args
+from engine.config.acls import ROLES, kafka_acls_commands
 from engine.config.settings import Settings
 from engine.config.topics import Drift, TopicDiff, TopicsSpec, load_spec, with_task_queues
 
@@ -52,6 +53,18 @@ def register(subparsers: SubParsers) -> None:
     _add_common(check)
     check.set_defaults(handler=_check)
 
+    acls = commands.add_parser(
+        "acls",
+        help="print the kafka-acls commands that give a role exactly what it needs",
+        description="The ACLs a processor, worker or client uses in this namespace, as "
+        "kafka-acls.sh commands ($ADMIN: --bootstrap-server HOST:PORT --command-config "
+        "FILE of a principal allowed to create ACLs). Connects to nothing.",
+    )
+    add_settings_arguments(acls)
+    acls.add_argument("role", choices=ROLES, help="the engine role")
+    acls.add_argument("--principal", required=True, help="its principal, e.g. User:worker")
+    acls.set_defaults(handler=_acls)
+
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     add_settings_arguments(parser)
@@ -65,7 +78,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--replication-factor",
         type=int,
-        help="replication factor (default: $TURNSTILE_REPLICATION_FACTOR or 1)",
+        help="replication factor (default: $TURNSTILE_REPLICATION_FACTOR, or 3 on a cluster "
+        "of three or more brokers and 1 otherwise)",
     )
     group.add_argument(
         "--spec", metavar="FILE", help="topics spec (default: the installed topics.toml)"
@@ -94,6 +108,12 @@ def _inputs(args: argparse.Namespace) -> tuple[TopicsSpec, Settings]:
         replication_factor=args.replication_factor,
     )
     return spec, settings
+
+
+def _acls(args: argparse.Namespace) -> int:
+    namespace = settings_from_args(args).namespace
+    print("\n".join(kafka_acls_commands(namespace, args.role, args.principal)))
+    return 0
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -44,7 +44,9 @@ class Settings:
     namespace: str = "turnstile"
     #: Partition count of every co-partitioned topic; fixed once topics exist.
     partitions: int = 32
-    replication_factor: int = 1
+    #: Replication factor of new topics; 0 picks it from the cluster (see
+    #: ``engine.config.topics.auto_replication``).
+    replication_factor: int = 0
     #: Where processor replicas keep their RocksDB tables.
     state_dir: str = field(default_factory=lambda: str(Path.home() / ".cache/turnstile/state"))
     #: Stable per replica: it names the replica's transactional.id across restarts.
@@ -63,6 +65,10 @@ class Settings:
     cache_instances: int = 10000
     worker_concurrency: int = 16
     worker_id: str = "worker-0"
+    #: Processors and workers join their groups as static members (``group.instance.id`` =
+    #: replica id / worker id): a crashed one that restarts gets its partitions back at once
+    #: instead of after the session timeout.
+    static_membership: bool = True
     modules: tuple[str, ...] = ()
     #: librdkafka settings added to every Kafka client (security, tuning): ``[kafka]`` in
     #: the TOML file, ``--kafka KEY=VALUE`` flags, or ``TURNSTILE_EXTRA_KAFKA``.
@@ -293,7 +299,7 @@ _CHECKS: dict[str, Callable[[str, Any], str | None]] = {
     "bootstrap_servers": lambda _name, value: bootstrap_servers_problem(value),
     "namespace": _not_empty,
     "partitions": _positive,
-    "replication_factor": _positive,
+    "replication_factor": _not_negative,
     "state_dir": _not_empty,
     "replica_id": _not_empty,
     "max_batch": _positive,

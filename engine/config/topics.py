@@ -219,25 +219,35 @@ class ActualTopic:
     config: Mapping[str, str]
 
 
-def desired_topics(spec: TopicsSpec, settings: Settings) -> list[DesiredTopic]:
-    """The topics the cluster should have for ``settings`` (namespace, partitions, RF)."""
-    if settings.partitions < 1 or settings.replication_factor < 1:
+def auto_replication(brokers: int) -> int:
+    """The replication factor ``replication_factor = 0`` stands for on a cluster of
+    ``brokers``: 3 where there are three or more (with the spec's ``min.insync.replicas`` of
+    2 a write then survives one broker down, and acks=all waits for two copies), else every
+    broker there is (1 on a development broker)."""
+    return max(1, min(3, brokers))
+
+
+def desired_topics(spec: TopicsSpec, settings: Settings, *, brokers: int = 1) -> list[DesiredTopic]:
+    """The topics the cluster should have for ``settings`` (namespace, partitions, RF);
+    an automatic replication factor (0) is chosen for a cluster of ``brokers``."""
+    replication = settings.replication_factor or auto_replication(brokers)
+    if settings.partitions < 1 or settings.replication_factor < 0:
         raise ConfigurationError(
-            f"partitions ({settings.partitions}) and replication factor "
-            f"({settings.replication_factor}) must be at least 1"
+            f"partitions ({settings.partitions}) must be at least 1 and the replication "
+            f"factor ({settings.replication_factor}) at least 0 (automatic)"
         )
     out = []
     for topic in spec.topics:
         config = dict(topic.config)
         if MIN_INSYNC in config:
-            config[MIN_INSYNC] = str(min(int(config[MIN_INSYNC]), settings.replication_factor))
+            config[MIN_INSYNC] = str(min(int(config[MIN_INSYNC]), replication))
         config[MAX_MESSAGE] = _max_message_bytes(topic, config, settings)
         out.append(
             DesiredTopic(
                 name=full_name(settings.namespace, topic.name),
                 logical=topic.name,
                 partitions=topic.partitions or settings.partitions,
-                replication_factor=settings.replication_factor,
+                replication_factor=replication,
                 config=config,
                 copartitioned=topic.name in spec.copartitioned,
             )

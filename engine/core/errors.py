@@ -265,6 +265,12 @@ class TopicDriftError(BrokerError):
     """The topics on the cluster differ from the declarative spec."""
 
 
+class BrokerRefusalError(BrokerError):
+    """The broker refuses what a replica must write even after the instance that made it
+    was failed alone (an ACL on a whole topic, a topic's size limit): recreating clients and
+    rejoining would not help, so the replica stops."""
+
+
 class LocalKafkaError(TurnstileError):
     """The embedded development broker could not be fetched, started or stopped."""
 

@@ -29,10 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.core.errors import LocalKafkaError
+from engine.dev.kafka_security import BrokerSecurity
 
 __all__ = [
     "KAFKA_VERSION",
     "BrokerStatus",
+    "ClusterNode",
     "LocalKafka",
     "default_cache_dir",
     "default_data_dir",
@@ -88,6 +90,20 @@ def default_data_dir() -> Path:
 def _progress(message: str) -> None:
     """Progress goes to stderr so that stdout carries only results (the bootstrap address)."""
     print(message, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    """This broker's place in a local cluster (``engine.dev.local_cluster``): its node id,
+    fixed ports, the controller quorum (``id@host:port`` of every node, each node being both
+    broker and controller) and the cluster id every node is formatted with."""
+
+    node_id: int
+    broker_port: int
+    controller_port: int
+    voters: str
+    cluster_id: str
+    size: int
 
 
 @dataclass(frozen=True)
@@ -242,10 +258,33 @@ def _log4j2_xml(log_file: Path) -> str:
 """
 
 
-def _server_properties(data_dir: Path, broker_port: int, controller_port: int) -> str:
+def _cluster_properties(node: ClusterNode) -> dict[str, str]:
+    """A node of a local cluster: its id, the static controller quorum, and the replication
+    a cluster gives Kafka's own topics (transaction state, offsets): 3 copies, 2 in sync."""
+    replicas = str(min(3, node.size))
+    in_sync = str(min(2, node.size))
+    return {
+        "node.id": str(node.node_id),
+        "controller.quorum.voters": node.voters,
+        "default.replication.factor": replicas,
+        "min.insync.replicas": in_sync,
+        "offsets.topic.replication.factor": replicas,
+        "transaction.state.log.replication.factor": replicas,
+        "transaction.state.log.min.isr": in_sync,
+    }
+
+
+def _server_properties(
+    data_dir: Path,
+    broker_port: int,
+    controller_port: int,
+    security: BrokerSecurity | None = None,
+    node: ClusterNode | None = None,
+) -> str:
     """Single-node KRaft settings: replication factors of 1, no automatic topic creation
     (the engine declares its topics), and no rebalance delay so that tests get their
-    partition assignment at once."""
+    partition assignment at once. ``security`` secures the client listener (SASL/SCRAM over
+    TLS, optionally ACLs: :mod:`engine.dev.kafka_security`)."""
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -275,6 +314,11 @@ def _server_properties(data_dir: Path, broker_port: int, controller_port: int) -
         # every transactional offset commit (send_offsets_to_transaction) pays it in full.
         "group.coordinator.append.linger.ms": "0",
     }
+    if security is not None:
+        settings.update(security.properties(HOST, broker_port, controller_port))
+    if node is not None:
+        del settings["controller.quorum.bootstrap.servers"]
+        settings.update(_cluster_properties(node))
     lines = ["# Written by engine.dev.local_kafka; regenerated when ports change."]
     lines += [f"{key}={value}" for key, value in settings.items()]
     return "\n".join(lines) + "\n"
@@ -295,6 +339,8 @@ class LocalKafka:
         version: str = KAFKA_VERSION,
         port: int | None = None,
         progress: Callable[[str], None] = _progress,
+        security: BrokerSecurity | None = None,
+        node: ClusterNode | None = None,
     ) -> None:
         # Absolute paths: the broker runs in its data folder and is recognised by its
         # command line, so a relative path would point elsewhere or fail to match.
@@ -304,9 +350,12 @@ class LocalKafka:
         )
         self.version = version
         self.requested_port = port
+        self.security = security
+        self.node = node
         self._progress = progress
         self._process: subprocess.Popen[bytes] | None = None
         self._holds_lock = False
+        self._launched_port = 0
 
     # --- paths --------------------------------------------------------------------------
 
@@ -454,23 +503,36 @@ class LocalKafka:
         ``fresh=True`` the data folder is wiped first (topics, offsets, everything).
         """
         with self._locked():
+            if not self.launch(fresh=fresh):
+                bootstrap = self.bootstrap_servers
+                self._progress(f"Kafka is already running at {bootstrap} ({self.data_dir}).")
+                return bootstrap
+            return self.await_ready(timeout)
+
+    def launch(self, *, fresh: bool = False) -> bool:
+        """Start the broker process without waiting for it (the nodes of a cluster must all
+        be launched before any of them can get ready); False when it already runs."""
+        with self._locked():
             kept_port = self._port()
             if fresh:
                 self.reset()
             if self._pid() is not None:
-                bootstrap = self.bootstrap_servers
-                self._progress(f"Kafka is already running at {bootstrap} ({self.data_dir}).")
-                return bootstrap
+                return False
             java = self._require_java()
             self.fetch()
             self.data_dir.mkdir(parents=True, exist_ok=True)
-            broker_port = self._prepare_config(java, kept_port)
-            self._launch(java, broker_port)
-            try:
-                return self._await_ready(broker_port, timeout)
-            except BaseException:  # a failed or interrupted start leaves nothing running
-                self.stop()
-                raise
+            self._launched_port = self._prepare_config(java, kept_port)
+            self._launch(java, self._launched_port)
+            return True
+
+    def await_ready(self, timeout: float = 90.0) -> str:
+        """Wait for a launched broker to be ready; returns its bootstrap address. A failed or
+        interrupted start leaves nothing running."""
+        try:
+            return self._await_ready(self._launched_port, timeout)
+        except BaseException:
+            self.stop()
+            raise
 
     def _require_java(self) -> str:
         java = shutil.which("java")
@@ -492,6 +554,8 @@ class LocalKafka:
         kept as well.
         """
         config = self.data_dir / _CONFIG_FILE
+        if self.node is not None:
+            return self._write_config(java, self.node.broker_port, self.node.controller_port)
         old = _read_properties(config)
         broker_port = self.requested_port or self._port() or kept_port or 0
         controller_port = 0
@@ -514,8 +578,15 @@ class LocalKafka:
             controller_port = _free_port()
             while controller_port == broker_port:
                 controller_port = _free_port()
+        return self._write_config(java, broker_port, controller_port)
+
+    def _write_config(self, java: str, broker_port: int, controller_port: int) -> int:
+        config = self.data_dir / _CONFIG_FILE
         config.write_text(
-            _server_properties(self.data_dir, broker_port, controller_port), encoding="utf-8"
+            _server_properties(
+                self.data_dir, broker_port, controller_port, self.security, self.node
+            ),
+            encoding="utf-8",
         )
         (self.data_dir / _LOG4J_FILE).write_text(_log4j2_xml(self.log_file), encoding="utf-8")
         (self.data_dir / _PORT_FILE).write_text(f"{broker_port}\n", encoding="utf-8")
@@ -528,8 +599,10 @@ class LocalKafka:
         self._progress(f"Formatting KRaft storage in {self.data_dir / _LOG_DIR}...")
         command = [
             java, "-Xmx256m", "-XX:+UseSerialGC", "-cp", f"{self.libs_dir}/*",
-            "kafka.tools.StorageTool", "format", "--standalone", "--ignore-formatted",
-            "-t", _new_cluster_id(), "-c", str(config),
+            "kafka.tools.StorageTool", "format", "--ignore-formatted",
+            *(() if self.node else ("--standalone",)),
+            "-t", self.node.cluster_id if self.node else _new_cluster_id(), "-c", str(config),
+            *(self.security.format_args() if self.security else ()),
         ]  # fmt: skip
         result = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if result.returncode != 0:

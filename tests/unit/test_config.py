@@ -97,7 +97,7 @@ def test_kafka_lines_round_trip(pairs: dict[str, str]) -> None:
     ("overrides", "message"),
     [
         ({"partitions": 0}, "partitions must be at least 1"),
-        ({"replication_factor": -1}, "replication_factor must be at least 1"),
+        ({"replication_factor": -1}, "replication_factor must not be negative"),
         ({"max_batch_ms": -5}, "max_batch_ms must not be negative"),
         ({"worker_id": " "}, "worker_id must not be empty"),
         ({"connect_timeout_ms": 0}, "connect_timeout_ms must be at least 1"),

@@ -1,0 +1,109 @@
+"""The Kafka ACLs each engine role needs: nothing more than the operations it uses.
+
+One list serves three purposes: the README prints it as ``kafka-acls.sh`` commands, the
+security test creates exactly these ACLs on a broker with an authorizer and runs the engine
+under them, and ``topics.toml`` names stay the single source of the topic names. Pure data:
+no Kafka client is imported here.
+
+Roles:
+
+- ``processor``: reads its three input topics and the two changelogs (restore), writes the
+  history, status, changelogs, activity tasks, instance messages and dead letters, commits
+  offsets for its group inside transactions under ``<namespace>.processor.<replica id>``.
+- ``worker``: reads activity tasks, writes activity results and dead letters, commits
+  offsets for its group inside transactions under ``<namespace>.worker.<worker id>``.
+- ``client``: writes commands and reads the status topic (the status view is assigned every
+  partition; it joins no group).
+
+Every role may describe the engine's topics and their configs (the start-up checks compare
+them with the spec). ``topics apply`` (creating and altering topics) and the audit commands
+(reading the history topic) are for an operator's principal with wider rights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.config.topics import TopicNames, topic_names
+
+__all__ = ["ROLES", "Acl", "kafka_acls_commands", "required_acls"]
+
+ROLES = ("processor", "worker", "client")
+
+
+@dataclass(frozen=True)
+class Acl:
+    """One ALLOW rule: ``operation`` on a resource (``topic``, ``group`` or
+    ``transactional-id``) named ``name`` exactly or, when ``prefixed``, by prefix."""
+
+    resource: str
+    name: str
+    operation: str
+    prefixed: bool = False
+
+    def kafka_acls_args(self, principal: str) -> str:
+        """The arguments of ``kafka-acls.sh --add`` that create this rule."""
+        option = {"topic": "--topic", "group": "--group", "transactional-id": "--transactional-id"}
+        pattern = " --resource-pattern-type prefixed" if self.prefixed else ""
+        operation = "".join(word.title() for word in self.operation.split("_"))
+        return (
+            f"--allow-principal {principal} --operation {operation} "
+            f"{option[self.resource]} {self.name}{pattern}"
+        )
+
+
+def _describe_topics(namespace: str) -> list[Acl]:
+    prefix = f"{namespace}."
+    return [
+        Acl("topic", prefix, "DESCRIBE", prefixed=True),
+        Acl("topic", prefix, "DESCRIBE_CONFIGS", prefixed=True),
+    ]
+
+
+def _processor(t: TopicNames, namespace: str) -> list[Acl]:
+    reads = [t.commands, t.activity_results, t.instance_messages]
+    reads += [t.state_changelog, t.timer_changelog]
+    writes = [t.history, t.status, t.state_changelog, t.timer_changelog]
+    writes += [t.activity_tasks, t.instance_messages, t.dead_letters]
+    return [
+        *(Acl("topic", name, "READ") for name in reads),
+        *(Acl("topic", name, "WRITE") for name in writes),
+        Acl("group", f"{namespace}.processor", "READ"),
+        Acl("transactional-id", f"{namespace}.processor.", "WRITE", prefixed=True),
+        Acl("transactional-id", f"{namespace}.processor.", "DESCRIBE", prefixed=True),
+    ]
+
+
+def _worker(t: TopicNames, namespace: str) -> list[Acl]:
+    return [
+        Acl("topic", t.activity_tasks, "READ"),
+        Acl("topic", t.activity_results, "WRITE"),
+        Acl("topic", t.dead_letters, "WRITE"),
+        Acl("group", f"{namespace}.worker", "READ"),
+        Acl("transactional-id", f"{namespace}.worker.", "WRITE", prefixed=True),
+        Acl("transactional-id", f"{namespace}.worker.", "DESCRIBE", prefixed=True),
+    ]
+
+
+def _client(t: TopicNames, namespace: str) -> list[Acl]:
+    return [Acl("topic", t.commands, "WRITE"), Acl("topic", t.status, "READ")]
+
+
+_ROLE_ACLS = {"processor": _processor, "worker": _worker, "client": _client}
+
+
+def required_acls(namespace: str, role: str) -> list[Acl]:
+    """The ACLs ``role`` needs in ``namespace``; raises ValueError for an unknown role."""
+    build = _ROLE_ACLS.get(role)
+    if build is None:
+        raise ValueError(f"unknown role {role!r}: choose one of {', '.join(ROLES)}")
+    return [*_describe_topics(namespace), *build(topic_names(namespace), namespace)]
+
+
+def kafka_acls_commands(namespace: str, role: str, principal: str) -> list[str]:
+    """``kafka-acls.sh`` command lines that grant ``role``'s ACLs to ``principal``
+    (``$ADMIN``: ``--bootstrap-server HOST:PORT --command-config admin.properties``)."""
+    return [
+        f"kafka-acls.sh $ADMIN --add {acl.kafka_acls_args(principal)}"
+        for acl in required_acls(namespace, role)
+    ]

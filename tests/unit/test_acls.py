@@ -1,0 +1,52 @@
+"""The ACL list the README prints is the one the engine's roles are tested with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.cli.main import main
+from engine.config.acls import ROLES, Acl, kafka_acls_commands, required_acls
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _readme_acl_block() -> str:
+    text = README.read_text(encoding="utf-8")
+    start = text.index("```text\n# processor\n") + len("```text\n")
+    return text[start : text.index("```", start)]
+
+
+def test_the_readme_lists_exactly_what_topics_acls_prints_for_every_role(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    lines = []
+    for role in ROLES:
+        argv = ["topics", "acls", role, "--principal", f"User:turnstile-{role}"]
+        assert main([*argv, "--namespace", "turnstile"]) == 0
+        lines += [f"# {role}", *capsys.readouterr().out.splitlines()]
+        assert lines[-1] == kafka_acls_commands("turnstile", role, f"User:turnstile-{role}")[-1]
+    assert _readme_acl_block() == "\n".join(lines) + "\n"
+
+
+def test_kafka_acls_arguments_use_the_tools_spelling() -> None:
+    acl = Acl("topic", "ns.", "DESCRIBE_CONFIGS", prefixed=True)
+    assert acl.kafka_acls_args("User:x") == (
+        "--allow-principal User:x --operation DescribeConfigs --topic ns. "
+        "--resource-pattern-type prefixed"
+    )
+
+
+def test_no_role_may_create_topics_or_read_the_history() -> None:
+    for role in ROLES:
+        acls = required_acls("ns", role)
+        assert not [a for a in acls if a.operation in ("CREATE", "ALTER", "ALTER_CONFIGS")]
+        assert not [a for a in acls if a.name == "ns.history" and a.operation == "READ"]
+        prefixed = [a for a in acls if a.prefixed and a.resource == "topic"]
+        assert {a.operation for a in prefixed} == {"DESCRIBE", "DESCRIBE_CONFIGS"}
+
+
+def test_an_unknown_role_is_refused_with_the_choices() -> None:
+    with pytest.raises(ValueError, match="processor, worker, client"):
+        required_acls("ns", "admin")
