@@ -297,9 +297,11 @@ def test_a_losing_activity_gets_a_cancellation_request_and_its_late_result_is_st
     assert state.output == "event"
     kinds = [type(e.body).__name__ for e in env.history("ar-1")]
     assert kinds.index("TaskScheduled") < kinds.index("ActivityCancelRequested")
-    assert "TaskCompleted" not in kinds  # the attempt's result came back late: dropped
+    assert "TaskCompleted" not in kinds  # never applied
+    # the worker either stopped the attempt (no result) or its result came back late and
+    # was rejected as stale
     counters = env.processors[env.partition_of("ar-1")].counters
-    assert counters.rejected_kinds["TaskCompleted"] == 1
+    assert counters.rejected_kinds.get("TaskCompleted", 0) in (0, 1)
     # the CancelActivity action reached its handler with the call's idempotency key
     assert "idempotency key ar-1/0/0) cancelled" in caplog.text
     # and the worker was told: an ActivityCancel for attempt 1 on the task's queue
