@@ -47,7 +47,7 @@ from engine.core.messages import (
 from engine.runtime import actions as act
 from engine.runtime.actions import TurnResult
 from engine.runtime.interrupt import TurnEventsExceeded
-from engine.services.processor import cancels, keys, parking, spans
+from engine.services.processor import cancels, keys, parking, pending, spans
 from engine.services.processor.batch import Batch
 from engine.services.processor.poison import BOUND_ERRORS, TINY, check_turn, fitting
 from engine.services.processor.state import Loaded
@@ -243,9 +243,16 @@ def fail_turn(
     is small enough to be accepted.
     """
     meta = item.meta
-    if meta.status is None:  # never started: only its waiting events can go
-        log.warning("dropping %d events raised for %s", len(meta.pending_events), meta.instance_id)
-        meta.pending_events = []
+    if meta.status is None:  # never started: its kept events go to dead letters
+        log.warning(
+            "%s: a turn failed before the instance started (%s: %s); its %d kept events go "
+            "to dead letters",
+            meta.instance_id,
+            details.type,
+            details.message,
+            len(meta.pending_events),
+        )
+        pending.give_up(b, meta, f"a turn failed before it started ({details.type})")
         b.save(meta)
         return
     limits = TINY if shrink else b.env.limits

@@ -3,7 +3,8 @@
 Such an event is kept in the instance row for ``pending_events_ttl_ms``; once that passed
 it leaves the row for the dead-letter topic, with the reason (as a RaiseEvent record a
 tool can send again), instead of vanishing. It happens wherever the kept events are looked
-at: when a new event joins them, and when the instance starts.
+at: when a new event joins them, and when the instance starts. A turn the processor had to
+fail before the instance ever started (:func:`give_up`) sends its kept events the same way.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from engine.services.records import RawRecord
 
 #: The dead-letter kind (a metrics label) of an event that waited too long.
 EXPIRED = "PendingEventExpired"
+#: The dead-letter kind of a kept event whose never-started instance's turn failed.
+ABANDONED = "PendingEventAbandoned"
 
 
 def unexpired(b: Batch, meta: InstanceRow, now_ms: int) -> list[PendingEvent]:
@@ -27,11 +30,30 @@ def unexpired(b: Batch, meta: InstanceRow, now_ms: int) -> list[PendingEvent]:
         if event.received_ms >= now_ms - ttl:
             kept.append(event)
         else:
-            _dead_letter(b, meta.instance_id, event, now_ms, ttl)
+            waited_s = (now_ms - event.received_ms) / 1000
+            reason = (
+                f"event {event.name!r} for instance {meta.instance_id} waited {waited_s:.0f}s "
+                f"for the instance to start, longer than pending_events_ttl_ms ({ttl} ms); "
+                f"start the instance sooner, raise the setting, or send the event again "
+                f"(this record)"
+            )
+            _dead_letter(b, meta.instance_id, event, reason, EXPIRED)
     return kept
 
 
-def _dead_letter(b: Batch, instance_id: str, event: PendingEvent, now_ms: int, ttl: int) -> None:
+def give_up(b: Batch, meta: InstanceRow, why: str) -> None:
+    """Every kept event of a never-started instance goes to dead letters with ``why``
+    (the caller stores the row)."""
+    for event in meta.pending_events:
+        reason = (
+            f"event {event.name!r} for instance {meta.instance_id} was kept for its start, "
+            f"but {why}; send the event again (this record) once the cause is fixed"
+        )
+        _dead_letter(b, meta.instance_id, event, reason, ABANDONED)
+    meta.pending_events = []
+
+
+def _dead_letter(b: Batch, instance_id: str, event: PendingEvent, reason: str, kind: str) -> None:
     raised = RaiseEvent(instance_id=instance_id, name=event.name, input=event.input)
     record = RawRecord(
         partition=b.partition,
@@ -41,10 +63,4 @@ def _dead_letter(b: Batch, instance_id: str, event: PendingEvent, now_ms: int, t
         timestamp_ms=event.received_ms,
         topic=b.env.topics.commands,
     )
-    waited_s = (now_ms - event.received_ms) / 1000
-    reason = (
-        f"event {event.name!r} for instance {instance_id} waited {waited_s:.0f}s for the "
-        f"instance to start, longer than pending_events_ttl_ms ({ttl} ms); start the "
-        f"instance sooner, raise the setting, or send the event again (this record)"
-    )
-    b.dead_letter(record, reason, kind=EXPIRED)
+    b.dead_letter(record, reason, kind=kind)
