@@ -10,7 +10,11 @@ a fresh processor subprocess (this file with ``--replica VARIANT``) on the same 
 - ``none``: ``ProcessorRunner`` with ``NoMetrics`` and ``NoTracing``;
 - ``metrics``: the Prometheus ``ProcessorMetrics`` hook (an unscraped registry);
 - ``tracing``: metrics, plus the OpenTelemetry SDK with a ``BatchSpanProcessor`` around the
-  SDK's ``InMemorySpanExporter`` (a span per run and per turn; no network).
+  SDK's ``InMemorySpanExporter`` (every run sampled: a span per run and per turn; no
+  network);
+- ``sampled``: the same with the SDK's ``ParentBased(TraceIdRatioBased(0.1))`` sampler,
+  what ``OTEL_TRACES_SAMPLER=parentbased_traceidratio`` with ``OTEL_TRACES_SAMPLER_ARG=0.1``
+  gives (one run in ten traced).
 
 Per variant and round: a warm-up of 200 workflows (which also waits for the replica's
 assignment and restore), then N starts without waiting, one flush, and the wait for every
@@ -49,7 +53,9 @@ from engine.client import Client
 from engine.core.messages import InstanceStatus
 from engine.services.client import InstanceState
 
-VARIANTS = ("none", "metrics", "tracing")
+VARIANTS = ("none", "metrics", "tracing", "sampled")
+#: The share of runs the ``sampled`` variant traces.
+SAMPLED_RATIO = 0.1
 WORKFLOW = "chain3.inline"
 STEPS = 3
 
@@ -101,8 +107,13 @@ def _observers(variant: str) -> tuple[Any, Any, Any]:
 
     from engine.adapters.tracing import tracing_with
 
+    sampler = None
+    if variant == "sampled":
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+        sampler = ParentBased(TraceIdRatioBased(SAMPLED_RATIO))
     exporter = InMemorySpanExporter()
-    tracing = tracing_with(BatchSpanProcessor(exporter))
+    tracing = tracing_with(BatchSpanProcessor(exporter), sampler=sampler)
     return metrics, tracing, exporter
 
 
@@ -172,7 +183,8 @@ def measure(args: argparse.Namespace, bootstrap: str) -> dict[str, list[dict[str
     next_input = 0
     with Client(settings=settings) as client:
         for round_ in range(args.rounds):
-            order = VARIANTS[round_ % 3 :] + VARIANTS[: round_ % 3]
+            shift = round_ % len(VARIANTS)
+            order = VARIANTS[shift:] + VARIANTS[:shift]
             for variant in order:
                 replica = Replica(variant, bootstrap, namespace, args.partitions, work)
                 try:
@@ -212,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap-servers", help="an existing broker (default: start one)")
     parser.add_argument("--n", type=int, default=1000, help="workflows per measurement (1000)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of the 3 variants (3)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the 4 variants (3)")
     parser.add_argument("--partitions", type=int, default=8, help="partitions (8)")
     parser.add_argument("--replica", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--namespace", help=argparse.SUPPRESS)
