@@ -16,7 +16,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -187,52 +187,50 @@ class _ReplicaCollector(Collector):
         yield from _partition_families(sorted(dict(runner.partitions).items()), dict(runner.lag))
 
 
+#: The labelled counters of :class:`Progress`: metric name, help, labels, Progress field.
+_LABELLED_COUNTERS: tuple[tuple[str, str, list[str], str], ...] = (
+    ("turnstile_records_in", "Input records consumed", ["topic"], "topics"),
+    (
+        "turnstile_dead_letters",
+        "Input records parked as dead letters",
+        ["reason"],
+        "dead_letter_kinds",
+    ),
+    (
+        "turnstile_rejected",
+        "Inbound records or callbacks refused (stale, for an ended instance, refused start)",
+        ["kind"],
+        "rejected_kinds",
+    ),
+    (
+        "turnstile_command_outcomes",
+        "Commands answered, by command and result (accepted, buffered, refused, duplicate)",
+        ["command", "result"],
+        "command_outcomes",
+    ),
+    (
+        "turnstile_command_refusals",
+        "Commands refused, by command and the error the client raises",
+        ["command", "error"],
+        "refusals",
+    ),
+    (
+        "turnstile_workflow_runs",
+        "Workflow runs started and ended, by workflow and outcome",
+        ["workflow", "version", "event"],
+        "workflow_runs",
+    ),
+)
+
+
 def _progress_families(p: Progress) -> Iterator[Metric]:
     yield CounterMetricFamily(
         "turnstile_turns", "Workflow turns run (one per touched instance and batch)", p.turns
     )
-    yield _labelled(
-        CounterMetricFamily("turnstile_records_in", "Input records consumed", labels=["topic"]),
-        {(topic,): n for topic, n in dict(p.topics).items()},
-    )
-    yield _labelled(
-        CounterMetricFamily(
-            "turnstile_dead_letters", "Input records parked as dead letters", labels=["reason"]
-        ),
-        {(kind,): n for kind, n in dict(p.dead_letter_kinds).items()},
-    )
-    yield _labelled(
-        CounterMetricFamily(
-            "turnstile_rejected",
-            "Inbound records or callbacks refused (stale, for an ended instance, refused start)",
-            labels=["kind"],
-        ),
-        {(kind,): n for kind, n in dict(p.rejected_kinds).items()},
-    )
-    yield _labelled(
-        CounterMetricFamily(
-            "turnstile_command_outcomes",
-            "Commands answered, by command and result (accepted, buffered, refused, duplicate)",
-            labels=["command", "result"],
-        ),
-        {labels: n for labels, n in dict(p.command_outcomes).items()},
-    )
-    yield _labelled(
-        CounterMetricFamily(
-            "turnstile_command_refusals",
-            "Commands refused, by command and the error the client raises",
-            labels=["command", "error"],
-        ),
-        {labels: n for labels, n in dict(p.refusals).items()},
-    )
-    yield _labelled(
-        CounterMetricFamily(
-            "turnstile_workflow_runs",
-            "Workflow runs started and ended, by workflow and outcome",
-            labels=["workflow", "version", "event"],
-        ),
-        {labels: n for labels, n in dict(p.workflow_runs).items()},
-    )
+    for name, help_text, labels, attr in _LABELLED_COUNTERS:
+        tallies: dict[Any, int] = dict(getattr(p, attr))
+        values = {(k if isinstance(k, tuple) else (k,)): n for k, n in tallies.items()}
+        yield _labelled(CounterMetricFamily(name, help_text, labels=labels), values)
     yield _lateness(p)
     lookups = CounterMetricFamily(
         "turnstile_instance_cache_lookups",
