@@ -8,16 +8,21 @@ no Kafka client is imported here.
 Roles:
 
 - ``processor``: reads its three input topics and the two changelogs (restore), writes the
-  history, status, changelogs, activity tasks, instance messages and dead letters, commits
-  offsets for its group inside transactions under ``<namespace>.processor.<replica id>``.
-- ``worker``: reads activity tasks, writes activity results and dead letters, commits
-  offsets for its group inside transactions under ``<namespace>.worker.<worker id>``.
-- ``client``: writes commands and reads the status topic (the status view is assigned every
-  partition; it joins no group).
+  history, status, command outcomes, changelogs, instance messages and dead letters, and
+  activity tasks and cancellations on every task queue (the topics named by the prefix
+  ``<namespace>.activity-tasks``), commits offsets for its group inside transactions under
+  ``<namespace>.processor.<replica id>``.
+- ``worker``: reads its task queues and writes to them (a task it does not serve goes back
+  to its queue), writes activity results and dead letters, commits offsets for its group
+  inside transactions under ``<namespace>.worker.<worker id>``.
+- ``client``: writes commands, reads the status topic and the command outcomes (both
+  assigned every partition; it joins no group).
 
 Every role may describe the engine's topics and their configs (the start-up checks compare
 them with the spec). ``topics apply`` (creating and altering topics) and the audit commands
-(reading the history topic) are for an operator's principal with wider rights.
+(reading the history topic) are for an operator's principal with wider rights; so is
+creating the topic of a new task queue (``topics apply --task-queue Q``): processors and
+workers create a missing queue topic only where their principal may.
 """
 
 from __future__ import annotations
@@ -63,11 +68,12 @@ def _describe_topics(namespace: str) -> list[Acl]:
 def _processor(t: TopicNames, namespace: str) -> list[Acl]:
     reads = [t.commands, t.activity_results, t.instance_messages]
     reads += [t.state_changelog, t.timer_changelog]
-    writes = [t.history, t.status, t.state_changelog, t.timer_changelog]
-    writes += [t.activity_tasks, t.instance_messages, t.dead_letters]
+    writes = [t.history, t.status, t.command_outcomes, t.state_changelog, t.timer_changelog]
+    writes += [t.instance_messages, t.dead_letters]
     return [
         *(Acl("topic", name, "READ") for name in reads),
         *(Acl("topic", name, "WRITE") for name in writes),
+        Acl("topic", t.activity_tasks, "WRITE", prefixed=True),
         Acl("group", f"{namespace}.processor", "READ"),
         Acl("transactional-id", f"{namespace}.processor.", "WRITE", prefixed=True),
         Acl("transactional-id", f"{namespace}.processor.", "DESCRIBE", prefixed=True),
@@ -76,7 +82,8 @@ def _processor(t: TopicNames, namespace: str) -> list[Acl]:
 
 def _worker(t: TopicNames, namespace: str) -> list[Acl]:
     return [
-        Acl("topic", t.activity_tasks, "READ"),
+        Acl("topic", t.activity_tasks, "READ", prefixed=True),
+        Acl("topic", t.activity_tasks, "WRITE", prefixed=True),
         Acl("topic", t.activity_results, "WRITE"),
         Acl("topic", t.dead_letters, "WRITE"),
         Acl("group", f"{namespace}.worker", "READ"),
@@ -86,7 +93,11 @@ def _worker(t: TopicNames, namespace: str) -> list[Acl]:
 
 
 def _client(t: TopicNames, namespace: str) -> list[Acl]:
-    return [Acl("topic", t.commands, "WRITE"), Acl("topic", t.status, "READ")]
+    return [
+        Acl("topic", t.commands, "WRITE"),
+        Acl("topic", t.status, "READ"),
+        Acl("topic", t.command_outcomes, "READ"),
+    ]
 
 
 _ROLE_ACLS = {"processor": _processor, "worker": _worker, "client": _client}

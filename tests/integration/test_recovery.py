@@ -99,8 +99,14 @@ def test_a_processor_stalled_past_its_transaction_timeout_recovers_by_itself(
         _load(engine, 1000, 100, expected)
         _check_all_once(engine, expected)
         log = proc.current_log()
-        assert "recreating its Kafka clients and rejoining its group" in log, log[-3000:]
-        assert "works again" in log, log[-3000:]
+        assert proc.alive and proc.starts == 1, log[-3000:]  # never restarted
+        # depending on where the freeze caught it, the replica finds itself fenced in a
+        # transactional call (it recreates all its Kafka clients and rejoins) or in a
+        # produce (it replaces its producer, fencing the intruder, and redoes the batch)
+        full = "recreating its Kafka clients and rejoining its group" in log
+        assert full or "recreating transactional producer" in log, log[-3000:]
+        if full:
+            assert "works again" in log, log[-3000:]
 
 
 def test_a_broker_outage_of_a_minute_is_ridden_out_by_every_engine_process(
