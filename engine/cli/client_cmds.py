@@ -407,4 +407,6 @@ def _print_state(state: InstanceState, as_json: bool) -> None:
         lines.append(f"failure:      {state.failure}")
     if state.unserved:
         lines.append(f"unserved:     {state.unserved}")
+    if state.pending_reason:
+        lines.append(f"pending:      {state.pending_reason}")
     print("\n".join(lines))
