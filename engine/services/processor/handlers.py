@@ -451,6 +451,9 @@ def on_purge(b: Batch, msg: PurgeWorkflow, now_ms: int) -> Verdict:
 def on_signal_with_start(b: Batch, msg: SignalWithStart, now_ms: int) -> Verdict:
     """Deliver to a live instance, keep for a scheduled one, else start a run with it."""
     keys.check_instance_id(msg.instance_id)
+    if msg.instance_id.startswith(SLOTS_PREFIX):
+        reason = f"instance ids starting with {SLOTS_PREFIX!r} are reserved; choose another id"
+        return refused("NoConcurrencyLimitError", reason)
     b.env.limits.check("event", f"the payload of event {msg.event_name!r}", msg.event_input)
     item = b.load(msg.instance_id)
     meta = item.meta
