@@ -6,6 +6,7 @@ the Kafka side is tests/integration/test_concurrency_limits_kafka.py."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from hypothesis import given
@@ -180,6 +181,21 @@ def test_every_start_completes_in_the_end(env: TestEngine) -> None:
             done += 1
         env.run()
     assert all(_status(env, i) is RuntimeStatus.COMPLETED for i in ids)
+
+
+def test_a_scheduled_start_asks_for_its_slot_when_its_time_comes(env: TestEngine) -> None:
+    _start(env, ["p0", "p1"])
+    later = env.now() + timedelta(minutes=5)
+    env.start("sync-account", "acct-1", instance_id="p2", concurrency_key="acct-1", start_at=later)
+    env.run()
+    scheduled = env.get("p2")
+    assert scheduled is not None and scheduled.pending_reason == ""  # waits for its time
+    env.advance(timedelta(minutes=6))
+    waiting = env.get("p2")
+    assert waiting is not None and "waits for a slot" in waiting.pending_reason
+    env.raise_event("p0", "go", "ok")
+    env.run()
+    assert _running(env, ["p0", "p1", "p2"]) == ["p1", "p2"]
 
 
 def test_a_key_for_a_workflow_without_a_limit_is_refused(env: TestEngine) -> None:
