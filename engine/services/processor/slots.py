@@ -14,7 +14,14 @@ takeover finds the running set, the queue and the messages in flight exactly as 
 
 from __future__ import annotations
 
-from engine.core.concurrency import ConcurrencySlots, SlotHolder, acquire, release, slots_id
+from engine.core.concurrency import (
+    SLOTS_PREFIX,
+    ConcurrencySlots,
+    SlotHolder,
+    acquire,
+    release,
+    slots_id,
+)
 from engine.core.errors import TurnstileError
 from engine.core.history import RuntimeStatus
 from engine.core.instance_row import InstanceRow
@@ -71,6 +78,13 @@ def release_ended(b: Batch) -> None:
 
 def on_slots_row(b: Batch, msg: ConcurrencySlot) -> None:
     """ACQUIRE or RELEASE at the slots row: apply it, GRANT whoever it admits."""
+    if not msg.instance_id.startswith(SLOTS_PREFIX):
+        b.dead_letter_current(
+            f"{msg.op.value} for {msg.instance_id!r}, which is not a slots row (ids start "
+            f"with {SLOTS_PREFIX!r}); only the engine sends these records",
+            kind="NotASlotsRow",
+        )
+        return
     item = b.load(msg.instance_id)
     meta = item.meta
     slots = meta.slots or ConcurrencySlots()

@@ -13,10 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine import Registry, WorkflowContext
+from engine.codec import encode_message
 from engine.core.concurrency import ConcurrencySlots, SlotHolder, acquire, release, slots_id
 from engine.core.errors import NoConcurrencyLimitError, RegistrationError
 from engine.core.history import RuntimeStatus
-from engine.core.messages import CommandResult
+from engine.core.messages import CommandResult, ConcurrencySlot, SlotOp
 from engine.services.processor.memory_store import MemoryPartitionStore
 from engine.services.processor.partition import PartitionProcessor
 from engine.testing import TestEngine
@@ -206,6 +207,15 @@ def test_a_key_for_a_workflow_without_a_limit_is_refused(env: TestEngine) -> Non
 def test_the_reserved_ids_are_refused(env: TestEngine) -> None:
     with pytest.raises(NoConcurrencyLimitError, match="reserved"):
         env.start("unlimited", None, instance_id=slots_id("sync-account", "k"))
+
+
+def test_an_acquire_for_an_ordinary_instance_goes_to_dead_letters(env: TestEngine) -> None:
+    forged = ConcurrencySlot(instance_id="plain", op=SlotOp.ACQUIRE, holder="x", limit=1)
+    env.produce(env.topics.instance_messages, b"plain", encode_message(forged))
+    env.run()
+    [letter] = env.dead_letters()
+    assert "not a slots row" in letter.reason
+    assert env.get("plain") is None
 
 
 def test_a_bad_limit_is_a_registration_error() -> None:
