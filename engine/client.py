@@ -169,6 +169,7 @@ class Client:
         start_at: datetime | None = None,
         tags: dict[str, str] | None = None,
         version: str = "",
+        concurrency_key: str = "",
         flush: bool = True,
         wait: bool = True,
     ) -> WorkflowHandle[Any]:
@@ -180,7 +181,9 @@ class Client:
         answer: a refused start raises (``WorkflowAlreadyRunningError`` under
         ERROR_IF_RUNNING, ``WorkflowAlreadyRanError`` under REJECT_DUPLICATE). With
         ``wait=False`` it returns once written; with ``flush=False`` the command is only
-        queued (call :meth:`flush` after a batch) and not waited for.
+        queued (call :meth:`flush` after a batch) and not waited for. ``concurrency_key``
+        counts it against the workflow's ``max_concurrency_per_key``: over the limit it
+        waits, in order, as PENDING (the answer is BUFFERED) until a slot frees.
         """
         command = self._service.start_command(
             workflow,
@@ -191,6 +194,7 @@ class Client:
             start_at=start_at,
             tags=tags,
             version=version,
+            concurrency_key=concurrency_key,
         )
         outcome = self._service.send(command, flush=flush, wait=wait and flush)
         result = None if isinstance(workflow, str) else return_type(workflow)

@@ -153,6 +153,12 @@ def _register_start(subparsers: SubParsers) -> None:
     start.add_argument("--version", default="", help="workflow version (default: the only one)")
     start.add_argument("--start-at", type=_when, help="ISO 8601 time to start at (scheduled)")
     start.add_argument(
+        "--concurrency-key",
+        default="",
+        help="count the start against the workflow's max_concurrency_per_key for this key "
+        "(over the limit it waits as PENDING for a slot)",
+    )
+    start.add_argument(
         "--tag", type=_tag, action="append", default=[], help="KEY=VALUE tag (repeatable)"
     )
     start.add_argument("--wait", action="store_true", help="wait for completion, print status")
@@ -182,6 +188,7 @@ def _start(args: argparse.Namespace) -> int:
             start_at=args.start_at,
             tags=dict(args.tag),
             version=args.version,
+            concurrency_key=args.concurrency_key,
             wait=args.wait_answer,
         )
         if not args.wait:
@@ -407,4 +414,6 @@ def _print_state(state: InstanceState, as_json: bool) -> None:
         lines.append(f"failure:      {state.failure}")
     if state.unserved:
         lines.append(f"unserved:     {state.unserved}")
+    if state.pending_reason:
+        lines.append(f"pending:      {state.pending_reason}")
     print("\n".join(lines))

@@ -20,6 +20,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from engine.core.concurrency import ConcurrencySlots, SlotHolder
 from engine.core.errors import CodecError
 from engine.core.failure import FailureDetails
 from engine.core.history import EVENT_TYPES, HistoryEvent, ParentClosePolicy, RuntimeStatus
@@ -36,6 +37,7 @@ from engine.core.messages import (
     IdReusePolicy,
     InstanceStatus,
     Message,
+    SlotOp,
 )
 from engine.core.payloads import Payload
 
@@ -66,6 +68,8 @@ _PLAIN_RECORDS: dict[str, type] = {
         Parked,
         SeenRequest,
         RunningChild,
+        ConcurrencySlots,
+        SlotHolder,
     )
 }
 _COMMAND_BODIES: dict[str, type] = {cls.__name__: cls for cls in COMMAND_BODY_TYPES}
@@ -74,6 +78,7 @@ _ENUMS: dict[str, type[Enum]] = {
     "IdReusePolicy": IdReusePolicy,
     "CommandResult": CommandResult,
     "ParentClosePolicy": ParentClosePolicy,
+    "SlotOp": SlotOp,
 }
 
 #: The Command envelope: its ``instance_id`` is lifted into the body, which is the message.

@@ -241,6 +241,14 @@ class PendingEventsFullError(CommandRefusedError):
     full (``pending_events_max``); the event went to dead letters."""
 
 
+# --- per-key concurrency limits on starts ---------------------------------------------------
+
+
+class NoConcurrencyLimitError(CommandRefusedError):
+    """A start named a ``concurrency_key`` for a workflow that declares no
+    ``max_concurrency_per_key``, or used an instance id reserved for the limits' rows."""
+
+
 class WaitTimeoutError(TurnstileError):
     """A client wait (for start, for completion) ran out of time."""
 

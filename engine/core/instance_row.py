@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.core.concurrency import ConcurrencySlots
 from engine.core.failure import FailureDetails
 from engine.core.history import ParentClosePolicy, RuntimeStatus
 from engine.core.messages import InstanceStatus, StartWorkflow
@@ -99,6 +100,11 @@ class InstanceRow:
     children: list[RunningChild] = field(default_factory=list)
     #: An activity it waits for that a worker reported it does not serve ("": none).
     unserved: str = ""
+    #: The slots row (``engine.core.concurrency.slots_id``) of the concurrency key this
+    #: run holds a slot of, or waits for ("": none); released when the run ends.
+    slot: str = ""
+    #: Only in a slots row: the running runs and waiting starts of one (name, key).
+    slots: ConcurrencySlots | None = None
 
     @property
     def exists(self) -> bool:
@@ -121,4 +127,14 @@ class InstanceRow:
             tags=dict(self.tags),
             request_id=self.request_id,
             unserved=self.unserved,
+            pending_reason=self._pending_reason(),
+        )
+
+    def _pending_reason(self) -> str:
+        start = self.scheduled_start
+        if self.status is not RuntimeStatus.PENDING or not self.slot or start is None:
+            return ""
+        return (
+            f"waits for a slot: workflow {self.name!r} runs at most its "
+            f"max_concurrency_per_key instances for concurrency key {start.concurrency_key!r}"
         )

@@ -52,6 +52,9 @@ class StartWorkflow(Message):
     parent_instance_id: str | None = None
     parent_generation: int | None = None
     parent_task_id: int | None = None
+    #: Counts the start against its workflow's ``max_concurrency_per_key`` for this key
+    #: ("": no limit); a start over the limit waits as PENDING for a slot.
+    concurrency_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +132,29 @@ class CancelWorkflow(Message):
     reason: str = ""
 
 
-COMMAND_BODY_TYPES: tuple[type[Message], ...] = (*COMMAND_TYPES, CancelWorkflow)
+class SlotOp(StrEnum):
+    """What a :class:`ConcurrencySlot` message asks or tells."""
+
+    ACQUIRE = "ACQUIRE"
+    GRANT = "GRANT"
+    RELEASE = "RELEASE"
+
+
+@dataclass(frozen=True, slots=True)
+class ConcurrencySlot(Message):
+    """Between instances only: a start under a per-key concurrency limit asks the slots
+    row (``instance_id``, see ``engine.core.concurrency.slots_id``) for a slot (ACQUIRE),
+    is admitted by a GRANT sent back to it (``instance_id`` = the holder), and gives the
+    slot back when its run ends (RELEASE)."""
+
+    KIND: ClassVar[str] = "ConcurrencySlot"
+    op: SlotOp = SlotOp.ACQUIRE
+    holder: str = ""
+    generation: int = 0
+    limit: int = 0
+
+
+COMMAND_BODY_TYPES: tuple[type[Message], ...] = (*COMMAND_TYPES, CancelWorkflow, ConcurrencySlot)
 """Every branch of the Command union (the commands topic accepts only COMMAND_TYPES)."""
 
 
@@ -228,6 +253,9 @@ class InstanceStatus(Message):
     request_id: str = ""
     #: An activity it waits for that a worker reported it does not serve ("": none).
     unserved: str = ""
+    #: Why a PENDING instance has not started ("": it has not, or it waits for its
+    #: scheduled time): e.g. it waits for a slot of its concurrency key.
+    pending_reason: str = ""
 
 
 class CommandResult(StrEnum):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 from engine.core.activity_info import current_activity, heartbeat, is_cancelled
+from engine.core.concurrency import check_limit
 from engine.core.errors import NotRegisteredError, RegistrationError
 from engine.core.task_queues import DEFAULT_TASK_QUEUE, check_task_queue
 
@@ -38,6 +39,8 @@ class WorkflowDefinition:
     takes_input: bool = True
     #: Exception types that fail the instance on purpose (others park it: see README).
     failure_types: tuple[type[BaseException], ...] = ()
+    #: At most this many running instances per concurrency key its starts name (0: none).
+    max_concurrency_per_key: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +99,7 @@ class Registry:
         name: str | None = None,
         version: str = "",
         failure_types: tuple[type[BaseException], ...] = (),
+        max_concurrency_per_key: int = 0,
     ) -> Callable[[F], F]: ...
 
     def workflow(
@@ -106,14 +110,23 @@ class Registry:
         name: str | None = None,
         version: str = "",
         failure_types: tuple[type[BaseException], ...] = (),
+        max_concurrency_per_key: int = 0,
     ) -> F | Callable[[F], F]:
         """Register an ``async def`` workflow; usable bare or as ``@workflow(name=...)``.
 
         ``failure_types``: exceptions that fail the instance when they escape the code;
-        other unexpected exceptions park it until fixed code is deployed (README)."""
+        other unexpected exceptions park it until fixed code is deployed (README).
+        ``max_concurrency_per_key``: at most this many instances run at once per
+        ``concurrency_key`` their starts name; further starts wait, in order, as PENDING."""
 
         def register(f: F) -> F:
-            self.add_workflow(f, name=name, version=version, failure_types=failure_types)
+            self.add_workflow(
+                f,
+                name=name,
+                version=version,
+                failure_types=failure_types,
+                max_concurrency_per_key=max_concurrency_per_key,
+            )
             return f
 
         return register(fn) if fn is not None else register
@@ -157,6 +170,7 @@ class Registry:
         name: str | None = None,
         version: str = "",
         failure_types: tuple[type[BaseException], ...] = (),
+        max_concurrency_per_key: int = 0,
     ) -> WorkflowDefinition:
         """Register ``fn`` as a workflow (the non-decorator form)."""
         name = name or getattr(fn, "__name__", "")
@@ -173,8 +187,9 @@ class Registry:
                 f"{_describe(existing.fn)}; give {_describe(fn)} another name with "
                 f"@workflow(name=...) or another version with @workflow(version=...)"
             )
+        limit = check_limit(name, max_concurrency_per_key)
         definition = WorkflowDefinition(
-            name, version, fn, _takes_input(fn, name), tuple(failure_types)
+            name, version, fn, _takes_input(fn, name), tuple(failure_types), limit
         )
         self._workflows[(name, version)] = definition
         self._workflow_names[fn] = name
@@ -327,6 +342,7 @@ def workflow(
     name: str | None = None,
     version: str = "",
     failure_types: tuple[type[BaseException], ...] = (),
+    max_concurrency_per_key: int = 0,
 ) -> Callable[[F], F]: ...
 
 
@@ -337,11 +353,17 @@ def workflow(
     name: str | None = None,
     version: str = "",
     failure_types: tuple[type[BaseException], ...] = (),
+    max_concurrency_per_key: int = 0,
 ) -> F | Callable[[F], F]:
     """Register an ``async def wf(ctx, input)`` workflow in :data:`default_registry`."""
     if fn is not None:
         return default_registry.workflow(fn)
-    return default_registry.workflow(name=name, version=version, failure_types=failure_types)
+    return default_registry.workflow(
+        name=name,
+        version=version,
+        failure_types=failure_types,
+        max_concurrency_per_key=max_concurrency_per_key,
+    )
 
 
 class _Activity:

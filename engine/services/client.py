@@ -290,6 +290,12 @@ class InstanceState:
         return self.raw.unserved
 
     @property
+    def pending_reason(self) -> str:
+        """Why a PENDING instance has not started, e.g. it waits for a slot of its
+        concurrency key ("": it waits for its scheduled time, or it is not PENDING)."""
+        return self.raw.pending_reason
+
+    @property
     def failure(self) -> FailureDetails | None:
         return self.raw.failure
 
@@ -322,6 +328,7 @@ class InstanceState:
             "parent_instance_id": self.raw.parent_instance_id,
             "tags": self.tags,
             "unserved": self.unserved,
+            "pending_reason": self.pending_reason,
         }
 
 
@@ -415,6 +422,7 @@ class WorkflowClient:
         start_at: datetime | None = None,
         tags: dict[str, str] | None = None,
         version: str = "",
+        concurrency_key: str = "",
     ) -> StartWorkflow:
         """The StartWorkflow command :meth:`start` would send."""
         return StartWorkflow(
@@ -426,6 +434,7 @@ class WorkflowClient:
             request_id=_request_id(request_id),
             scheduled_start_ms=None if start_at is None else _epoch_ms(start_at),
             tags=dict(tags or {}),
+            concurrency_key=_concurrency_key(concurrency_key),
         )
 
     def start(
@@ -604,3 +613,12 @@ class WorkflowClient:
             else "wait longer (a larger timeout) or look at it with 'turnstile status'"
         )
         return f"instance {instance_id!r} did not {what} within {timeout}s ({seen}); {hint}"
+
+
+def _concurrency_key(key: object) -> str:
+    """A start's ``concurrency_key``, checked where the caller can still fix it."""
+    if not isinstance(key, str):
+        raise TypeError(
+            f"concurrency_key must be a string (e.g. the account id), got {type(key).__name__}"
+        )
+    return key

@@ -36,6 +36,7 @@ REFUSALS: dict[str, type[CommandRefusedError]] = {
         errors.InstanceAlreadySuspendedError,
         errors.InstanceStillRunningError,
         errors.PendingEventsFullError,
+        errors.NoConcurrencyLimitError,
     )
 }
 

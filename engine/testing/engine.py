@@ -235,6 +235,7 @@ class TestEngine:
         start_at: datetime | None = None,
         tags: dict[str, str] | None = None,
         version: str = "",
+        concurrency_key: str = "",
         wait: bool = True,
     ) -> str:
         """Start an instance; returns its id. Its turns run on the next :meth:`run` or wait;
@@ -248,6 +249,7 @@ class TestEngine:
             start_at=start_at,
             tags=tags,
             version=version,
+            concurrency_key=concurrency_key,
             wait=wait,
         )
 

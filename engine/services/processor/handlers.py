@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from engine.core.concurrency import SLOTS_PREFIX
 from engine.core.errors import PayloadTooLargeError, TurnstileError
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.history import (
@@ -36,19 +37,21 @@ from engine.core.messages import (
     ActivityResult,
     CancelWorkflow,
     ChildResult,
+    ConcurrencySlot,
     IdReusePolicy,
     Message,
     PurgeWorkflow,
     RaiseEvent,
     ResumeWorkflow,
     SignalWithStart,
+    SlotOp,
     StartWorkflow,
     SuspendWorkflow,
     TerminateWorkflow,
 )
 from engine.core.payloads import Payload
 from engine.runtime.executor import WorkflowExecution
-from engine.services.processor import keys, parking, pending, spans
+from engine.services.processor import keys, parking, pending, slots, spans
 from engine.services.processor.batch import Batch
 from engine.services.processor.command_outcomes import (
     MessageHandler,
@@ -76,6 +79,9 @@ def on_start(b: Batch, msg: StartWorkflow, now_ms: int) -> Verdict:
     meta = item.meta
     if meta.exists and msg.request_id and msg.request_id == meta.request_id:
         return accepted("already started by this request")  # a row from before the window
+    limit_refusal = _limit_refusal(b, msg)
+    if limit_refusal is not None:
+        return limit_refusal
     if meta.exists:
         refusal = _reuse_refusal(b, item, msg, now_ms)
         if refusal is not None:
@@ -83,8 +89,36 @@ def on_start(b: Batch, msg: StartWorkflow, now_ms: int) -> Verdict:
     if msg.scheduled_start_ms is not None and msg.scheduled_start_ms > now_ms:
         _schedule_start(b, item, msg, now_ms)
         return accepted(f"scheduled to start at {msg.scheduled_start_ms} (epoch ms)")
-    begin(b, item, msg, now_ms)
-    return accepted()
+    return start_now(b, item, msg, now_ms)
+
+
+def start_now(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> Verdict:
+    """Begin the run, or, under a per-key concurrency limit, queue it for a slot."""
+    limit = slots.limit_of(b, msg) if msg.concurrency_key else 0
+    if limit == 0:
+        begin(b, item, msg, now_ms)
+        return accepted()
+    slots.wait_for_slot(b, item, msg, limit, now_ms)
+    return buffered(
+        f"the start waits as PENDING for a slot: workflow {msg.name!r} runs at most {limit} "
+        f"instances at once for concurrency key {msg.concurrency_key!r}"
+    )
+
+
+def _limit_refusal(b: Batch, msg: StartWorkflow) -> Verdict | None:
+    """A start the per-key concurrency limits cannot take: a key for a workflow without a
+    limit (it would silently run unlimited), or an id reserved for the limits' rows."""
+    if msg.instance_id.startswith(SLOTS_PREFIX):
+        reason = f"instance ids starting with {SLOTS_PREFIX!r} are reserved; choose another id"
+        return _refuse(b, msg, "NoConcurrencyLimitError", reason)
+    if msg.concurrency_key and slots.limit_of(b, msg) == 0:
+        reason = (
+            f"the start names concurrency_key {msg.concurrency_key!r} but workflow "
+            f"{msg.name!r} declares no limit: declare @workflow(max_concurrency_per_key=K) "
+            f"on the processors' code, or start it without a concurrency_key"
+        )
+        return _refuse(b, msg, "NoConcurrencyLimitError", reason)
+    return None
 
 
 def _reuse_refusal(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> Verdict | None:
@@ -102,6 +136,7 @@ def _reuse_refusal(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> V
     if policy is IdReusePolicy.TERMINATE_IF_RUNNING:
         if meta.status is RuntimeStatus.PENDING:
             _cancel_scheduled_start(b, meta)
+            slots.give_back(b, meta)  # its place in a slot queue, if it waited for one
             return None
         item.inbox.append(Inbound(ExecutionTerminated("restarted by a new start")))
         step_instance(b, item, now_ms)
@@ -156,6 +191,7 @@ def _cancel_scheduled_start(b: Batch, meta: InstanceRow) -> None:
 def begin(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
     """Start a new run: a fresh execution, fed the start and any events that waited for it."""
     meta = item.meta
+    slots.give_back(b, meta)  # the run it replaces held a slot (TERMINATE_IF_RUNNING)
     if meta.exists:
         meta.generation += 0 if meta.status is RuntimeStatus.PENDING else 1
         _drop_history(b, meta)
@@ -415,6 +451,9 @@ def on_purge(b: Batch, msg: PurgeWorkflow, now_ms: int) -> Verdict:
 def on_signal_with_start(b: Batch, msg: SignalWithStart, now_ms: int) -> Verdict:
     """Deliver to a live instance, keep for a scheduled one, else start a run with it."""
     keys.check_instance_id(msg.instance_id)
+    if msg.instance_id.startswith(SLOTS_PREFIX):
+        reason = f"instance ids starting with {SLOTS_PREFIX!r} are reserved; choose another id"
+        return refused("NoConcurrencyLimitError", reason)
     b.env.limits.check("event", f"the payload of event {msg.event_name!r}", msg.event_input)
     item = b.load(msg.instance_id)
     meta = item.meta
@@ -451,10 +490,27 @@ def fire_timer(b: Batch, timer: keys.TimerKey, now_ms: int) -> None:
         return
     if timer.task_id == START_TIMER:
         if meta.status is RuntimeStatus.PENDING and meta.scheduled_start is not None:
-            begin(b, item, meta.scheduled_start, now_ms)
+            start_now(b, item, meta.scheduled_start, now_ms)
         return
     if meta.status in (RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED):
         item.inbox.append(Inbound(TimerFired(timer.task_id, timer.fire_at_ms), timer.generation))
+
+
+# --- per-key concurrency limits ---------------------------------------------------------------
+
+
+def on_concurrency_slot(b: Batch, msg: ConcurrencySlot, now_ms: int) -> None:
+    """ACQUIRE and RELEASE reach the slots row; a GRANT begins the run it admits."""
+    if msg.op is not SlotOp.GRANT:
+        slots.on_slots_row(b, msg)
+        return
+    start = slots.granted_start(b, msg)
+    if start is None:
+        return
+    item = b.load(msg.instance_id)
+    held, item.meta.slot = item.meta.slot, ""  # begin gives back a replaced run's slot
+    begin(b, item, start, now_ms)
+    item.meta.slot = held
 
 
 MESSAGE_HANDLERS: dict[type[Message], MessageHandler] = {
@@ -468,4 +524,5 @@ MESSAGE_HANDLERS: dict[type[Message], MessageHandler] = {
     ActivityResult: on_activity_result,
     ChildResult: on_child_result,
     CancelWorkflow: on_cancel,
+    ConcurrencySlot: on_concurrency_slot,
 }

@@ -16,6 +16,7 @@ from engine.core.messages import (
     ActivityResult,
     CancelWorkflow,
     ChildResult,
+    ConcurrencySlot,
     Message,
     RaiseEvent,
     StartWorkflow,
@@ -25,7 +26,7 @@ from engine.services.records import RawRecord
 
 #: Record kinds that instances send each other on ``instance-messages``.
 INSTANCE_MESSAGE_TYPES: frozenset[type[Message]] = frozenset(
-    {StartWorkflow, RaiseEvent, ChildResult, TerminateWorkflow, CancelWorkflow}
+    {StartWorkflow, RaiseEvent, ChildResult, TerminateWorkflow, CancelWorkflow, ConcurrencySlot}
 )
 
 

@@ -31,7 +31,7 @@ import logging
 from engine.core.errors import InstanceTurnError, RecordHandlingError, TurnstileError
 from engine.core.failure import failure_from_exception
 from engine.core.messages import Message
-from engine.services.processor import keys, spans
+from engine.services.processor import keys, slots, spans
 from engine.services.processor.batch import Batch
 from engine.services.processor.handlers import MESSAGE_HANDLERS, fire_timer
 from engine.services.processor.inputs import accepted_kinds, validate
@@ -161,6 +161,7 @@ class PartitionProcessor:
                 except Exception as exc:  # a bug finishing this turn: it fails alone
                     raise turn_error(self.partition, instance_id, exc) from exc
         batch.origin = ""
+        slots.release_ended(batch)  # a run that ended gives its concurrency slot back
         batch.close()
         return batch
 
