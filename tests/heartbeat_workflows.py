@@ -65,3 +65,12 @@ async def count_flow(ctx: WorkflowContext, to: int) -> object:
 @workflow(name="hb.wait")
 async def wait_flow(ctx: WorkflowContext, kind: str) -> object:
     return await ctx.call_activity(f"hb.wait_{kind}", None, retry=None)
+
+
+@workflow(name="hb.race")
+async def race_flow(ctx: WorkflowContext, kind: str) -> object:
+    """The activity loses a when_any to an event: its worker must stop it."""
+    winner = await ctx.when_any(
+        [ctx.call_activity(f"hb.wait_{kind}", None, retry=None), ctx.wait_for_event("go")]
+    )
+    return await winner
