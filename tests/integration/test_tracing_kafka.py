@@ -166,8 +166,11 @@ def test_a_restarted_replica_emits_no_run_span_twice(
             lambda: _named(exporter.get_finished_spans(), "turn trace.waits"),
             what="the first turn's span",
         )
-        state = engine.client.get(run)
-        assert state is not None and state.status is RuntimeStatus.RUNNING
+        # the span is exported once its batch committed; the status view may lag behind
+        wait_until(
+            lambda: (s := engine.client.get(run)) is not None and s.status is RuntimeStatus.RUNNING,
+            what="the instance to show RUNNING",
+        )
     finally:
         first.stop()
     assert first.error is None, first.error
