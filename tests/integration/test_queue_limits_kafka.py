@@ -1,5 +1,9 @@
 """A task queue's fleet-wide rate limit on the real broker: two workers share the queue and
-together start no more than N activities per second (within 10 % over 10 s)."""
+together never start more than N activities per second.
+
+Only the limit is asserted (no 10 s window ever holds more than the rate allows, plus the
+one-second burst the token buckets keep), never a throughput floor: a loaded machine may run
+slower than the limit, and that is not a failure of the limit."""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ pytestmark = pytest.mark.kafka
 RATE = 20.0
 WINDOW_S = 10.0
 starts: list[float] = []
+ran: set[int] = set()
 lock = threading.Lock()
 registry = Registry()
 
@@ -32,6 +37,7 @@ registry = Registry()
 def tick(n: int) -> int:
     with lock:
         starts.append(time.monotonic())
+        ran.add(n)
     return n
 
 
@@ -40,7 +46,8 @@ def test_a_queue_rate_limit_holds_across_two_workers(kafka_bootstrap: str) -> No
         ensure_task_queue_topics(engine.settings, ["rated"])
         producer = Producer(producer_config(kafka_bootstrap))
         topic = engine.topics.task_queue("rated")
-        for n in range(int(RATE * WINDOW_S * 1.6)):
+        total = int(RATE * WINDOW_S * 1.6)
+        for n in range(total):
             task = ActivityTask(f"i-{n}", 0, 0, 1, "rated.tick", to_payload(n), task_queue="rated")
             producer.produce(topic, encode_message(task), task.instance_id.encode())
         assert producer.flush(30) == 0
@@ -56,13 +63,7 @@ def test_a_queue_rate_limit_holds_across_two_workers(kafka_bootstrap: str) -> No
             )
             engine.workers[name] = ThreadProcess(name, worker.run).start()
             workers.append(worker)
-        wait_until(
-            lambda: starts and starts[-1] - starts[0] >= WINDOW_S + 1,
-            timeout=120,
-            what="11 seconds of starts",
-        )
-        first = starts[0]
-        in_window = sum(1 for t in starts if first <= t < first + WINDOW_S)
-    expected = RATE * WINDOW_S
-    assert expected * 0.9 <= in_window <= expected * 1.1, in_window
+        wait_until(lambda: len(ran) == total, timeout=180, what=f"all {total} tasks to run")
+    busiest = max(sum(1 for t in starts if first <= t < first + WINDOW_S) for first in starts)
+    assert busiest <= RATE * (WINDOW_S + 1), busiest
     assert all(w.worker.stats["failures"] == 0 for w in workers)
