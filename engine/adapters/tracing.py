@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import secrets
+import random
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -176,7 +176,11 @@ class OtelTraceHook:
         self._internal, self._consumer = SpanKind.INTERNAL, SpanKind.CONSUMER
 
     def new_id(self, nbytes: int) -> str:
-        return secrets.token_hex(nbytes)
+        # what the SDK's own RandomIdGenerator does: ids need to be unique, not secret,
+        # and a syscall per id (``secrets``) costs more than the rest of a span; the
+        # module's generator is reseeded in a forked child, so children never repeat ids
+        bits = random.getrandbits(8 * nbytes) or 1
+        return f"{bits:0{2 * nbytes}x}"
 
     def now_ns(self) -> int:
         return time.time_ns()

@@ -41,7 +41,9 @@ from engine.services.tracing import AttributeValue, SpanRecord
 def start_traceparent(b: Batch, instance_id: str, generation: int) -> str:
     """The trace context a new run records: the start record's ``traceparent`` header
     (a client's start span, a parent's turn), else, with tracing on, a new trace whose
-    root is the run itself; '' when neither."""
+    root is the run itself; '' when neither, and when the sampler drops the new trace: an
+    unsampled run emits no span and sends no context, so recording one would only cost
+    every later turn a parse."""
     record = b.current
     context = from_headers(record.headers) if record is not None else None
     if context is not None:
@@ -50,7 +52,9 @@ def start_traceparent(b: Batch, instance_id: str, generation: int) -> str:
     if not hook.enabled:
         return ""
     trace_id = hook.new_id(16)
-    return root_traceparent(trace_id, instance_id, generation, sampled=hook.sampled(trace_id))
+    if not hook.sampled(trace_id):
+        return ""
+    return root_traceparent(trace_id, instance_id, generation)
 
 
 def note_link(b: Batch, item: Loaded) -> None:
