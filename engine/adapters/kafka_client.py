@@ -174,7 +174,10 @@ class KafkaStatusReader:
             client_id="turnstile-client-status",
             **{
                 "enable.partition.eof": True,
-                "fetch.wait.max.ms": 5,
+                # "caught up" is the partition EOF that an empty fetch at the end reports:
+                # short enough to be ready promptly, long enough that an idle client does
+                # not keep the broker busy (the outcome reader keeps the default wait)
+                "fetch.wait.max.ms": 100,
                 "fetch.error.backoff.ms": 50,
                 **(extra or {}),
             },
@@ -264,7 +267,7 @@ class KafkaOutcomeReader:
             bootstrap_servers,
             f"turnstile-client-{uuid.uuid4().hex}",
             client_id="turnstile-client-outcomes",
-            **{"fetch.wait.max.ms": 5, "fetch.error.backoff.ms": 50, **(extra or {})},
+            **{"fetch.error.backoff.ms": 50, **(extra or {})},
         )
         self._consumer = Consumer(config)
         try:

@@ -121,6 +121,11 @@ def consumer_config(
     - ``topic.metadata.refresh.interval.ms=10000``: a subscribed topic that the broker's
       metadata did not show yet (created a moment ago) is picked up within seconds; the
       default (5 minutes) would leave such a consumer idle that long.
+    - ``fetch.wait.max.ms=500`` (Kafka's default): how long the broker holds a fetch that
+      finds nothing new. It answers as soon as a record (or a transaction's commit marker)
+      arrives, so a long wait costs no latency, while a short one turns every idle consumer
+      into a stream of empty fetches the broker must answer (10 ms: 100 a second each).
+      Readers that must notice the end of a partition promptly (partition EOF) set less.
     """
     config = _base(bootstrap_servers, client_id)
     config.update(
@@ -130,6 +135,7 @@ def consumer_config(
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "topic.metadata.refresh.interval.ms": 10_000,
+            "fetch.wait.max.ms": 500,
         }
     )
     config.update(overrides)

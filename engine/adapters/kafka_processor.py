@@ -90,10 +90,9 @@ log = logging.getLogger("engine.processor")
 #: How long closing may take (leaving the group, a last commit) before the process ends itself.
 CLOSE_S = 60.0
 
-#: Low fetch wait for latency; a short session so a crashed replica's partitions move on
-#: quickly; heartbeats well inside it.
+#: A short session so a crashed replica's partitions move on quickly; heartbeats well
+#: inside it (the fetch wait is the default: the broker answers a fetch as records arrive).
 PROCESSOR_CONSUMER = {
-    "fetch.wait.max.ms": 10,
     "max.poll.interval.ms": 300_000,
     "session.timeout.ms": 10_000,
     "heartbeat.interval.ms": 1_000,

@@ -152,7 +152,6 @@ class KafkaWorker:
             client_id=self._member_id,
             **{
                 "partition.assignment.strategy": "cooperative-sticky",
-                "fetch.wait.max.ms": 10,
                 "session.timeout.ms": 10_000,
                 "heartbeat.interval.ms": 1_000,
                 "max.poll.interval.ms": 300_000,

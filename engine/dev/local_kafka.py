@@ -313,6 +313,10 @@ def _server_properties(
         # The group coordinator batches its log appends for this long (default 5-10 ms);
         # every transactional offset commit (send_offsets_to_transaction) pays it in full.
         "group.coordinator.append.linger.ms": "0",
+        # The active controller appends a no-op record to the metadata log this often when
+        # nothing changes (default 500 ms), and the broker side applies each one: the
+        # largest part of an idle broker's CPU. Liveness is the brokers' heartbeats' job.
+        "metadata.max.idle.interval.ms": "5000",
     }
     if security is not None:
         settings.update(security.properties(HOST, broker_port, controller_port))
