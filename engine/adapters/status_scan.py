@@ -12,6 +12,7 @@ topic and a temporary copy of it on disk per list.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import tempfile
@@ -117,9 +118,16 @@ def list_page_from_topic(
     collector: PageCollector,
     *,
     on_progress: ProgressCallback | None = None,
+    fold: StatusFold | None = None,
 ) -> InstancePage[InstanceStatus]:
-    """Read the namespace's status topic to its end, fold it on disk, and collect a page."""
-    with TopicReader(settings) as reader, StatusFold.temporary() as fold:
+    """Read the namespace's status topic to its end, fold it on disk, and collect a page.
+
+    ``fold``: one the caller made and closes (to see what it held); by default a temporary
+    one, removed before this returns."""
+    with contextlib.ExitStack() as stack:
+        if fold is None:
+            fold = stack.enter_context(StatusFold.temporary())
+        reader = stack.enter_context(TopicReader(settings))
         for record in reader.read(topic_names(settings.namespace).status, on_progress=on_progress):
             fold.apply(record.key, record.value)
         collector.add_all(fold.statuses())
