@@ -361,14 +361,17 @@ def _register_list(subparsers: SubParsers) -> None:
         type=_tag,
         action="append",
         default=[],
-        help="only instances with this KEY=VALUE tag (repeatable: all of them)",
+        metavar="KEY=VALUE",
+        help="only instances with this tag (repeatable: all of them)",
     )
     parser.add_argument("--since", type=_when, help="only instances created at or after (ISO)")
     parser.add_argument(
         "--limit", type=_page_size, default=DEFAULT_PAGE, help=f"page size ({DEFAULT_PAGE})"
     )
     parser.add_argument(
-        "--page-token", help="start after the previous page (the token it printed on stderr)"
+        "--page-token",
+        metavar="TOKEN",
+        help="start after the previous page (the token it printed on stderr)",
     )
     parser.add_argument("--json", action="store_true", help="print the instances as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")

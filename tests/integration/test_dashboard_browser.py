@@ -177,6 +177,9 @@ def test_the_api_refuses_bad_requests_with_what_to_do(engine: RunningEngine) -> 
             assert missing.status_code == 404
             assert "no instance 'no-such-instance'" in missing.json()["error"]
             assert http.get("/api/instances?limit=0").status_code == 400
+            bad_token = http.get("/api/instances?page_token=junk")
+            assert bad_token.status_code == 400
+            assert "next_page_token of the previous page" in bad_token.json()["error"]
             url = "/api/instances/anything/actions/raise-event"
             unauthorised = http.post(url, json={"name": "go"})
             assert unauthorised.status_code == 401
