@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 
 from engine import Registry, WorkflowContext
+from engine.codec import decode_message
 from engine.core.errors import InvalidTagsError
 from engine.core.history import ContinuedAsNew, ExecutionStarted, RuntimeStatus, TagsUpserted
+from engine.core.messages import CommandOutcome, CommandResult, StartWorkflow
 from engine.core.tags import MAX_KEY_CHARS, MAX_TAGS, MAX_VALUE_CHARS, checked_tags, merged_tags
 from engine.runtime import WorkflowExecution
 from engine.testing import TestEngine
@@ -106,3 +108,19 @@ def test_merging_counts_the_tags_an_instance_ends_up_with() -> None:
     with pytest.raises(InvalidTagsError, match="remove some"):
         merged_tags(full, {"new": "x"})
     assert checked_tags(None) == {}
+
+
+def test_a_plain_producers_start_with_bad_tags_is_refused_and_kept() -> None:
+    """A StartWorkflow written by any Kafka producer skips the client's check; the
+    processor refuses it (the answer says why) and keeps the record in dead letters."""
+    too_many = {f"k{i}": "v" for i in range(MAX_TAGS + 1)}
+    with TestEngine(app) as env:
+        env.send(StartWorkflow("plain-1", "tagged", request_id="r-1", tags=too_many))
+        env.run()
+        outcomes = [decode_message(r.value) for r in env.records("command-outcomes") if r.value]
+        [answer] = [o for o in outcomes if isinstance(o, CommandOutcome)]
+        assert answer.result is CommandResult.REFUSED
+        assert answer.error == "InvalidTagsError" and "remove some" in answer.reason
+        [letter] = env.dead_letters()
+        assert f"at most {MAX_TAGS} are allowed" in letter.reason
+        assert env.get("plain-1") is None
