@@ -5,6 +5,7 @@ topic uncompacted, each instance on it several times - holds one page and one fo
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import uuid
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from confluent_kafka.admin import NewTopic
 from engine.adapters.kafka_config import producer_config
 from engine.adapters.status_scan import StatusFold, list_page_from_topic
 from engine.cli import client_cmds
+from engine.client import AsyncClient
 from engine.codec import encode_message
 from engine.config.settings import Settings
 from engine.config.topics import topic_names
@@ -92,6 +94,13 @@ def test_list_finds_instances_by_their_tags_and_pages_them(
     assert [s.instance_id for s in rest.items] == ["tag-a"] and rest.next_page_token is None
     with pytest.raises(InvalidPageTokenError, match="next_page_token"):
         client.list_page(page_token="not-a-token")
+
+    async def ops_page() -> list[str]:  # AsyncClient without a live view: a topic scan
+        async with AsyncClient(settings=engine.settings, read_status=False) as reader:
+            page = await reader.list_page(tags={"team": "ops"})
+        return [s.instance_id for s in page.items]
+
+    assert asyncio.run(ops_page()) == ["tag-d"]
     client.raise_event(c, "go")
     assert client.wait_for_completion(c, timeout=TIMEOUT).output == {"customer": "c-42"}
 
