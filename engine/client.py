@@ -16,7 +16,9 @@ processor's answer by default (``wait=False`` skips it, for bulk loads) and a re
 its own error (``WorkflowAlreadyRunningError``, ``InstanceNotFoundError``, ... all
 ``CommandRefusedError``); the answers come from one reader of the command-outcomes topic
 per client, started by the first command that waits. Reads come from the compacted status
-topic, folded into memory by a background reader that starts with the client.
+topic, folded into memory by a background reader that starts with the client;
+:meth:`Client.list_page` of a client without that reader pages the topic with one page in
+memory instead.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
 from engine.adapters.kafka_client import KafkaCommandSink, KafkaOutcomeReader, KafkaStatusReader
+from engine.adapters.kafka_history import ProgressCallback
+from engine.adapters.status_scan import list_page_from_topic
 from engine.adapters.tracing import traced_start
 from engine.config.settings import Settings, load_settings
 from engine.config.topics import topic_names
@@ -38,7 +42,14 @@ from engine.core.history import RuntimeStatus
 from engine.core.messages import CommandOutcome, IdReusePolicy, InstanceStatus
 from engine.core.typed import convert, return_type
 from engine.runtime.registry import Registry
-from engine.services.client import RETRY_REASON, InstanceState, StatusView, WorkflowClient
+from engine.services.client import (
+    RETRY_REASON,
+    InstanceState,
+    StatusView,
+    WorkflowClient,
+    list_filter,
+)
+from engine.services.listing import DEFAULT_PAGE, InstancePage, PageCollector
 from engine.services.outcomes import OutcomeWaiters
 
 __all__ = [
@@ -46,6 +57,7 @@ __all__ = [
     "AsyncWorkflowHandle",
     "Client",
     "IdReusePolicy",
+    "InstancePage",
     "InstanceState",
     "RuntimeStatus",
     "WorkflowHandle",
@@ -323,11 +335,41 @@ class Client:
         status: RuntimeStatus | Iterable[RuntimeStatus] | None = None,
         name: str | None = None,
         created_after: datetime | None = None,
+        tags: dict[str, str] | None = None,
     ) -> list[InstanceState]:
+        """Every matching instance, newest first, from the live status view (all of it in
+        memory: use ``list_page`` for large namespaces)."""
         found = self._start_reader().list_instances(
-            status=status, name=name, created_after=created_after
+            status=status, name=name, created_after=created_after, tags=tags
         )
         return [InstanceState(s) for s in found]
+
+    def list_page(
+        self,
+        *,
+        status: RuntimeStatus | Iterable[RuntimeStatus] | None = None,
+        name: str | None = None,
+        created_after: datetime | None = None,
+        tags: dict[str, str] | None = None,
+        limit: int = DEFAULT_PAGE,
+        page_token: str | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> InstancePage[InstanceState]:
+        """One page of matching instances, newest first (``tags``: every pair must match);
+        pass its ``next_page_token`` for the next page (None: it was the last).
+
+        A client that already reads the status topic (``read_status=True``, or after a
+        read) pages its live view. One that does not reads the topic once for this page,
+        folding it on disk (``engine.adapters.status_scan``), so the list holds one page in
+        memory however many instances there are; ``on_progress`` hears about that read.
+        """
+        wanted = list_filter(status=status, name=name, tags=tags, created_after=created_after)
+        collector = PageCollector(wanted, limit, page_token)  # bad arguments fail here
+        if self._reader is not None:
+            page = self._service.list_page(collector)
+        else:
+            page = list_page_from_topic(self.settings, collector, on_progress=on_progress)
+        return InstancePage([InstanceState(s) for s in page.items], page.next_page_token)
 
     def wait_for_start(self, instance_id: str, timeout: float | None = None) -> InstanceState:
         """Block until the instance has started; raises WaitTimeoutError after ``timeout``."""
@@ -548,6 +590,10 @@ class AsyncClient:
 
     async def list_instances(self, **filters: Any) -> list[InstanceState]:
         return await asyncio.to_thread(self.sync.list_instances, **filters)
+
+    async def list_page(self, **filters: Any) -> InstancePage[InstanceState]:
+        """One page of instances (``Client.list_page``), off the event loop."""
+        return await asyncio.to_thread(lambda: self.sync.list_page(**filters))
 
     async def wait_for_completion(
         self, instance_id: str, timeout: float | None = None, *, generation: int = 0

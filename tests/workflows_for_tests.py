@@ -57,6 +57,15 @@ async def wait_event(ctx: WorkflowContext, spec: dict[str, Any] | None) -> dict[
     return {"input": spec, "got": data}
 
 
+@workflow(name="t.tagged")
+async def tagged(ctx: WorkflowContext, spec: dict[str, Any]) -> dict[str, str]:
+    """Upserts ``spec['tags']``, waits for ``go`` if ``spec['wait']``, returns its tags."""
+    ctx.upsert_tags(spec.get("tags", {}))
+    if spec.get("wait"):
+        await ctx.wait_for_event("go")
+    return ctx.tags
+
+
 @workflow(name="t.parent_with_child")
 async def parent_with_child(ctx: WorkflowContext, spec: dict[str, Any] | None) -> Any:
     """Starts a child that waits for an event and waits for the child's result."""

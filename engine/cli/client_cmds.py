@@ -1,5 +1,6 @@
 """Client commands: ``start``, ``raise``, ``signal-with-start``, ``terminate``, ``suspend``,
-``resume``, ``retry``, ``purge``, ``status`` and ``wait`` - the Python client from a shell.
+``resume``, ``retry``, ``purge``, ``status``, ``list`` and ``wait`` - the Python client from a
+shell.
 
 Every command waits for the processor's answer (``--no-wait`` skips it) and prints it; a
 refusal exits 4 with the reason (``main``), no answer within ``--timeout`` exits 124.
@@ -18,11 +19,13 @@ from datetime import datetime
 from typing import Any
 
 from engine.cli import SubParsers
+from engine.cli.audit_io import Progress
 from engine.cli.options import add_settings_arguments, connected_settings
 from engine.client import Client, InstanceState
 from engine.core.errors import InstanceNotFoundError, WaitTimeoutError
 from engine.core.history import RuntimeStatus
 from engine.core.messages import CommandOutcome, IdReusePolicy
+from engine.services.listing import DEFAULT_PAGE, MAX_PAGE
 
 __all__ = ["register"]
 
@@ -339,34 +342,71 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _register_list(subparsers: SubParsers) -> None:
-    parser = _command(subparsers, "list", "list instances by status, name and creation time", _list)
+    parser = _command(
+        subparsers,
+        "list",
+        "list instances by status, name, tags and creation time, newest first, a page at a time",
+        _list,
+    )
     parser.add_argument(
         "--status",
         type=str.upper,
         action="append",
         choices=[s.value for s in RuntimeStatus],
-        help="only instances in this status (repeatable)",
+        help="only instances in this status (repeatable: any of them)",
     )
     parser.add_argument("--name", help="only instances of this workflow")
+    parser.add_argument(
+        "--tag",
+        type=_tag,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only instances with this tag (repeatable: all of them)",
+    )
     parser.add_argument("--since", type=_when, help="only instances created at or after (ISO)")
-    parser.add_argument("--limit", type=_count, default=100, help="show at most this many (100)")
+    parser.add_argument(
+        "--limit", type=_page_size, default=DEFAULT_PAGE, help=f"page size ({DEFAULT_PAGE})"
+    )
+    parser.add_argument(
+        "--page-token",
+        metavar="TOKEN",
+        help="start after the previous page (the token it printed on stderr)",
+    )
     parser.add_argument("--json", action="store_true", help="print the instances as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def _page_size(text: str) -> int:
+    value = _count(text)
+    if value > MAX_PAGE:
+        raise argparse.ArgumentTypeError(f"at most {MAX_PAGE} a page, got {value}; page on")
+    return value
 
 
 def _list(args: argparse.Namespace) -> int:
+    """One page, read with bounded memory (the client reads no live view here)."""
     statuses = [RuntimeStatus(s) for s in args.status] if args.status else None
-    with Client.from_settings(connected_settings(args)) as client:
-        found = client.list_instances(status=statuses, name=args.name, created_after=args.since)
-    found.sort(key=lambda state: state.created, reverse=True)
-    shown = found[: max(args.limit, 0)]
+    with Client.from_settings(connected_settings(args), read_status=False) as client:
+        page = client.list_page(
+            status=statuses,
+            name=args.name,
+            tags=dict(args.tag),
+            created_after=args.since,
+            limit=args.limit,
+            page_token=args.page_token,
+            on_progress=Progress(not args.quiet),
+        )
     if args.json:
-        print(json.dumps([state.to_dict() for state in shown], indent=2, sort_keys=True))
-        return 0
-    for state in shown:
+        print(json.dumps([state.to_dict() for state in page.items], indent=2, sort_keys=True))
+    for state in [] if args.json else page.items:
         created = state.created.isoformat(timespec="seconds")
-        print(f"{state.instance_id}  {state.name}  {state.status.value}  {created}")
-    if len(found) > len(shown):
-        print(f"... {len(found) - len(shown)} more (raise --limit)", file=sys.stderr)
+        tags = " ".join(f"{k}={v}" for k, v in sorted(state.tags.items()))
+        print(
+            f"{state.instance_id}  {state.name}  {state.status.value}  {created}  {tags}".rstrip()
+        )
+    if page.next_page_token is not None:
+        print(f"next page: --page-token {page.next_page_token}", file=sys.stderr)
     return 0
 
 

@@ -285,3 +285,14 @@ class LocalKafkaError(TurnstileError):
 
 class HistoryIntegrityError(TurnstileError):
     """A history's hash chain is broken: events were altered, removed or reordered."""
+
+
+# --- search attributes and listing --------------------------------------------------------
+
+
+class InvalidTagsError(TurnstileError, ValueError):
+    """Tags (search attributes) that break their bounds: not str, too many, too long."""
+
+
+class InvalidPageTokenError(TurnstileError, ValueError):
+    """A ``page_token`` that no list page handed out (mangled, or from another tool)."""

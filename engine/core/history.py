@@ -265,6 +265,16 @@ class ExecutionCancelRequested(EventBody):
     reason: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class TagsUpserted(EventBody):
+    """Workflow code set search attributes (``ctx.upsert_tags``): ``tags`` is merged into
+    the instance's tags (an empty value removes a key), shown in its status and searched
+    by ``list --tag``; replay takes the recorded values."""
+
+    KIND: ClassVar[str] = "TagsUpserted"
+    tags: dict[str, str] = field(default_factory=dict)
+
+
 EVENT_TYPES: tuple[type[EventBody], ...] = (
     ExecutionStarted,
     ExecutionCompleted,
@@ -289,6 +299,7 @@ EVENT_TYPES: tuple[type[EventBody], ...] = (
     TurnStarted,
     ActivityCancelRequested,
     ExecutionCancelRequested,
+    TagsUpserted,
 )
 
 

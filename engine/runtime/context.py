@@ -106,7 +106,8 @@ class WorkflowContext:
 
     @property
     def tags(self) -> dict[str, str]:
-        return dict(self._gen.started.tags)
+        """The instance's tags now: the start's, with every ``upsert_tags`` so far."""
+        return dict(self._gen.tags)
 
     @property
     def is_replaying(self) -> bool:
@@ -285,6 +286,13 @@ class WorkflowContext:
     def set_custom_status(self, value: Any) -> None:
         """Publish a small JSON value with the instance's metadata."""
         self._gen.set_custom_status(_payload(value))
+
+    def upsert_tags(self, tags: dict[str, str]) -> None:
+        """Set search attributes: merged into the instance's tags (``""`` removes a key),
+        shown in its status, found by ``list --tag KEY=VALUE`` and kept across
+        continue-as-new. Recorded in history, so replay sees the same; bad tags (not str,
+        too many, too long) raise InvalidTagsError here."""
+        self._gen.upsert_tags(tags)
 
     # --- helpers ------------------------------------------------------------------------------
 

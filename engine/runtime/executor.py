@@ -219,6 +219,12 @@ class WorkflowExecution:
         return gen.custom_status if gen is not None else None
 
     @property
+    def tags(self) -> dict[str, str]:
+        """The instance's tags: the start's with the current generation's upserts."""
+        gen = self._gen
+        return dict(gen.tags) if gen is not None else {}
+
+    @property
     def created_ms(self) -> int:
         """When the earliest generation this execution has seen started."""
         return self._created_ms
@@ -268,7 +274,7 @@ class WorkflowExecution:
             custom_status=self.custom_status,
             failure=self._failure,
             parent_instance_id=started.parent_instance_id if started else None,
-            tags=dict(started.tags) if started else {},
+            tags=self.tags,
             request_id=started.request_id if started else "",
         )
 
@@ -636,7 +642,9 @@ class WorkflowExecution:
         reason = f"parent {self.instance_id} continued as new without it"
         journal.actions.extend(close_children(children, reason, gen.number))
         journal.actions.append(ContinueAsNew(gen.continue_input, new_number, generation=gen.number))
-        started = replace(gen.started, input=gen.continue_input, scheduled_start_ms=None)
+        started = replace(
+            gen.started, input=gen.continue_input, scheduled_start_ms=None, tags=dict(gen.tags)
+        )
         journal.generation = new_number
         journal.events = []
         journal.append(started)

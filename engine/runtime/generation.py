@@ -27,8 +27,10 @@ from engine.core.history import (
     ExecutionStarted,
     InlineStepCompleted,
     InlineStepFailed,
+    TagsUpserted,
 )
 from engine.core.payloads import Payload
+from engine.core.tags import merged_tags
 from engine.runtime.actions import RunInlineStep, SendEvent, SetCustomStatus
 from engine.runtime.cancel import cancelled_error, is_cancelled
 from engine.runtime.driver import Fiber
@@ -77,6 +79,7 @@ class Generation:
         "rng",
         "run_inline_steps",
         "started",
+        "tags",
         "tasks",
         "timers",
         "uuid_counter",
@@ -120,6 +123,8 @@ class Generation:
         self.uuid_counter = 0
         self.rng: random.Random | None = None
         self.custom_status: Payload | None = None
+        #: The instance's tags now: the start's, with every upsert of this generation applied.
+        self.tags: dict[str, str] = dict(started.tags)
 
     # --- journaling ---------------------------------------------------------------------------
 
@@ -288,6 +293,13 @@ class Generation:
             self.custom_status = payload
         else:
             self.custom_status = recorded.status
+
+    def upsert_tags(self, tags: dict[str, str]) -> None:
+        """Merge ``tags`` (checked first: bad ones raise in the workflow code and record
+        nothing); in replay the recorded values stay in force."""
+        merged = merged_tags(self.tags, tags)
+        recorded = self.command(TagsUpserted(dict(tags)))
+        self.tags = merged if recorded is None else merged_tags(self.tags, recorded.tags)
 
     def request_continue_as_new(self, payload: Payload | None) -> None:
         if self.closing:

@@ -1,7 +1,7 @@
 """The journal: the current generation's history, and replay matching.
 
 Every decision the workflow code makes (schedule an activity, run an inline step, start a
-child, create or cancel a timer, send an event, set a custom status, end) is a *command*
+child, create or cancel a timer, send an event, set a custom status or tags, end) is a *command*
 event in history. Live, a command is appended with the next sequence number. During replay
 the code runs again and each command it asks for is matched, in order, against the command
 events that the same turn recorded; a difference raises :class:`NonDeterminismError` naming
@@ -10,7 +10,7 @@ the recorded event's sequence number and both sides.
 What counts as a difference: the kind of command always; the task id (which encodes the
 order); an activity's name, input and attempt; an inline step's name; a child workflow's
 name; an event's target and name; the status an instance ends with. A timer's fire time,
-an activity's timeout, a child's input and a custom status value may change between
+an activity's timeout, a child's input, a custom status value and upserted tags may change between
 deployments without breaking running instances (the recorded values stay in force).
 """
 
@@ -31,6 +31,7 @@ from engine.core.history import (
     HistoryEvent,
     InlineStepCompleted,
     InlineStepFailed,
+    TagsUpserted,
     TaskScheduled,
     TimerCancelled,
     TimerCreated,
@@ -54,6 +55,7 @@ DECISION_TYPES: frozenset[type[EventBody]] = frozenset(
         ExecutionCompleted,
         ContinuedAsNew,
         ActivityCancelRequested,
+        TagsUpserted,
     }
 )
 """Event kinds that workflow code decides (everything else is applied from outside)."""
@@ -108,6 +110,7 @@ _MATCHERS: dict[type[EventBody], Callable[[Any, Any], bool]] = {
     ExecutionCompleted: _same_end,
     ContinuedAsNew: _always,
     ActivityCancelRequested: lambda a, b: a.task_id == b.task_id and a.attempt == b.attempt,
+    TagsUpserted: _always,
 }
 
 

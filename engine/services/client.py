@@ -42,8 +42,10 @@ from engine.core.messages import (
     TerminateWorkflow,
 )
 from engine.core.payloads import Payload, describe_payload, from_payload, to_payload
+from engine.core.tags import checked_tags
 from engine.runtime.jsonhistory import failure_to_json
 from engine.runtime.registry import Registry, default_registry
+from engine.services.listing import InstanceFilter, InstancePage, PageCollector
 from engine.services.outcomes import OutcomeWaiters, raise_for_refusal
 
 __all__ = [
@@ -55,6 +57,7 @@ __all__ = [
     "WorkflowClient",
     "is_completed",
     "is_started",
+    "list_filter",
 ]
 
 log = logging.getLogger(__name__)
@@ -342,6 +345,18 @@ def _decoded(payload: Payload | None) -> Any:
 # --- the client ----------------------------------------------------------------------------
 
 
+def list_filter(
+    *,
+    status: RuntimeStatus | Iterable[RuntimeStatus] | None = None,
+    name: str | None = None,
+    tags: dict[str, str] | None = None,
+    created_after: datetime | None = None,
+) -> InstanceFilter:
+    """The list filter from the client's keyword arguments."""
+    after = None if created_after is None else _epoch_ms(created_after)
+    return InstanceFilter.of(status=status, name=name, tags=tags, created_after_ms=after)
+
+
 def _epoch_ms(when: datetime) -> int:
     return int(when.timestamp() * 1000)
 
@@ -433,7 +448,7 @@ class WorkflowClient:
             reuse_policy=IdReusePolicy(reuse_policy),
             request_id=_request_id(request_id),
             scheduled_start_ms=None if start_at is None else _epoch_ms(start_at),
-            tags=dict(tags or {}),
+            tags=checked_tags(tags),
             concurrency_key=_concurrency_key(concurrency_key),
         )
 
@@ -502,7 +517,7 @@ class WorkflowClient:
             input=None if input is None else to_payload(input),
             version=version,
             request_id=_request_id(request_id),
-            tags=dict(tags or {}),
+            tags=checked_tags(tags),
             event_name=event,
             event_input=None if data is None else to_payload(data),
         )
@@ -561,19 +576,19 @@ class WorkflowClient:
         status: RuntimeStatus | Iterable[RuntimeStatus] | None = None,
         name: str | None = None,
         created_after: datetime | None = None,
+        tags: dict[str, str] | None = None,
     ) -> list[InstanceStatus]:
-        """Known instances filtered by status, workflow name and creation time (newest first)."""
+        """Known instances filtered by status, workflow name, tags (every pair) and
+        creation time (at or after), newest first: the whole list (``list_page`` pages)."""
         self.view.wait_ready(self.ready_timeout_s)
-        wanted = {status} if isinstance(status, RuntimeStatus) else set(status or ())
-        after = None if created_after is None else _epoch_ms(created_after)
-        found = [
-            s
-            for s in self.view.snapshot()
-            if (not wanted or s.status in wanted)
-            and (name is None or s.name == name)
-            and (after is None or s.created_ms > after)
-        ]
-        return sorted(found, key=lambda s: s.created_ms, reverse=True)
+        wanted = list_filter(status=status, name=name, tags=tags, created_after=created_after)
+        found = [s for s in self.view.snapshot() if wanted.matches(s)]
+        return sorted(found, key=lambda s: (s.created_ms, s.instance_id), reverse=True)
+
+    def list_page(self, collector: PageCollector) -> InstancePage[InstanceStatus]:
+        """One page from the live view (which this client holds anyway)."""
+        self.view.wait_ready(self.ready_timeout_s)
+        return collector.add_all(self.view.snapshot()).page()
 
     def future(self, instance_id: str, predicate: StatusPredicate) -> Future[InstanceStatus]:
         """A future for the first status satisfying ``predicate`` (no thread per wait)."""

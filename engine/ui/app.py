@@ -26,6 +26,7 @@ from engine.core.errors import (
     CommandTimeoutError,
     ConfigurationError,
     InstanceNotFoundError,
+    InvalidPageTokenError,
     TurnstileError,
 )
 from engine.ui.source import DashboardSource
@@ -43,7 +44,7 @@ def _status_of(error: TurnstileError) -> int:
         return 409  # the processor refused the command: the message says why
     if isinstance(error, CommandTimeoutError):
         return 504
-    if isinstance(error, ConfigurationError):
+    if isinstance(error, ConfigurationError | InvalidPageTokenError):
         return 400
     if isinstance(error, BrokerError):
         return 503

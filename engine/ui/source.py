@@ -20,7 +20,7 @@ from engine.core.errors import CodecError, ConfigurationError, InstanceNotFoundE
 from engine.core.history import RuntimeStatus
 from engine.core.messages import CommandOutcome, DeadLetter, InstanceStatus
 from engine.runtime.jsonhistory import history_to_json
-from engine.ui.views import InstanceFilter, pending_work, select
+from engine.ui.views import filter_from_query, pending_work, select
 
 __all__ = ["ACTIONS", "ActionOutcome", "DashboardSource"]
 
@@ -101,16 +101,16 @@ class DashboardSource:
     # --- reads ------------------------------------------------------------------------------
 
     def instances(self, query: dict[str, str]) -> dict[str, Any]:
-        wanted = InstanceFilter.from_query(query)
-        offset = _int(query.get("offset", "0"), "offset")
+        wanted = filter_from_query(query)
         limit = _int(query.get("limit", "50"), "limit")
-        page = select((s.raw for s in self.client.list_instances()), wanted, offset, limit)
+        token = query.get("page_token") or None
+        page = select((s.raw for s in self.client.list_instances()), wanted, limit, token)
         return {
             "total": page.total,
-            "offset": page.offset,
             "limit": page.limit,
             "by_status": page.by_status,
             "items": [_summary(s) for s in page.items],
+            "next_page_token": page.next_page_token,
         }
 
     def instance(self, instance_id: str) -> dict[str, Any]:

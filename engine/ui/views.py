@@ -1,4 +1,5 @@
-"""What the dashboard shows, as plain data: filtered pages of instances and an instance's
+"""What the dashboard shows, as plain data: filtered pages of instances (the filter and
+the paging are ``engine.services.listing``, shared with the client and the CLI) and an instance's
 pending work read off its history. Pure functions, so they are tested without a broker."""
 
 from __future__ import annotations
@@ -25,55 +26,31 @@ from engine.core.history import (
     TimerFired,
 )
 from engine.core.messages import InstanceStatus
+from engine.services.listing import InstanceFilter, PageCollector
 
-__all__ = ["MAX_PAGE", "InstanceFilter", "Page", "pending_work", "select"]
+__all__ = ["MAX_PAGE", "InstanceFilter", "Page", "filter_from_query", "pending_work", "select"]
 
-#: The largest page the list serves; a bigger ``limit`` is refused, not silently cut.
+#: The largest page the dashboard serves; a bigger ``limit`` is refused, not silently cut.
 MAX_PAGE = 500
 
 
-@dataclass(frozen=True)
-class InstanceFilter:
-    """The list's filters; each one left empty matches everything."""
-
-    statuses: frozenset[RuntimeStatus] = frozenset()
-    name: str = ""
-    version: str = ""
-    tag: tuple[str, str] | None = None
-    created_after_ms: int | None = None
-    created_before_ms: int | None = None
-
-    @classmethod
-    def from_query(cls, query: Mapping[str, str]) -> InstanceFilter:
-        """Parse URL query parameters; bad values raise ConfigurationError saying the fix."""
-        statuses = frozenset(_status(s) for s in query.get("status", "").split(",") if s)
-        tag = None
-        if query.get("tag"):
-            key, sep, value = query["tag"].partition("=")
-            if not sep or not key:
-                raise ConfigurationError(f"tag filter {query['tag']!r}: write it as key=value")
-            tag = (key, value)
-        return cls(
-            statuses=statuses,
-            name=query.get("name", "").strip(),
-            version=query.get("version", "").strip(),
-            tag=tag,
-            created_after_ms=_time_ms(query.get("created_after", ""), "created_after"),
-            created_before_ms=_time_ms(query.get("created_before", ""), "created_before"),
-        )
-
-    def matches(self, status: InstanceStatus) -> bool:
-        if self.statuses and status.status not in self.statuses:
-            return False
-        if self.name and status.name != self.name:
-            return False
-        if self.version and status.version != self.version:
-            return False
-        if self.tag is not None and status.tags.get(self.tag[0]) != self.tag[1]:
-            return False
-        if self.created_after_ms is not None and status.created_ms < self.created_after_ms:
-            return False
-        return self.created_before_ms is None or status.created_ms < self.created_before_ms
+def filter_from_query(query: Mapping[str, str]) -> InstanceFilter:
+    """Parse URL query parameters; bad values raise ConfigurationError saying the fix."""
+    statuses = frozenset(_status(s) for s in query.get("status", "").split(",") if s)
+    tags: tuple[tuple[str, str], ...] = ()
+    if query.get("tag"):
+        key, sep, value = query["tag"].partition("=")
+        if not sep or not key:
+            raise ConfigurationError(f"tag filter {query['tag']!r}: write it as key=value")
+        tags = ((key, value),)
+    return InstanceFilter(
+        statuses=statuses,
+        name=query.get("name", "").strip(),
+        version=query.get("version", "").strip(),
+        tags=tags,
+        created_after_ms=_time_ms(query.get("created_after", ""), "created_after"),
+        created_before_ms=_time_ms(query.get("created_before", ""), "created_before"),
+    )
 
 
 def _status(text: str) -> RuntimeStatus:
@@ -97,34 +74,39 @@ def _time_ms(text: str, name: str) -> int | None:
 
 @dataclass(frozen=True)
 class Page:
-    """One page of matching instances, newest first."""
+    """One page of matching instances, newest first, and the counts shown above it."""
 
     items: list[InstanceStatus]
     total: int
-    offset: int
     limit: int
     #: instances per status among those the other filters pick (the status filter aside)
     by_status: dict[str, int]
+    #: where the next page starts (None: this is the last page)
+    next_page_token: str | None
 
 
 def select(
-    statuses: Iterable[InstanceStatus], wanted: InstanceFilter, offset: int, limit: int
+    statuses: Iterable[InstanceStatus],
+    wanted: InstanceFilter,
+    limit: int,
+    page_token: str | None = None,
 ) -> Page:
-    """The instances ``wanted`` picks, newest first, from ``offset``, at most ``limit``."""
-    if offset < 0:
-        raise ConfigurationError(f"offset {offset} is negative; pages start at offset 0")
+    """The instances ``wanted`` picks, newest first, after ``page_token``, at most
+    ``limit``; one pass that holds one page (``listing.PageCollector``) and the counts."""
     if not 1 <= limit <= MAX_PAGE:
         raise ConfigurationError(f"limit {limit} is out of range; ask for 1 to {MAX_PAGE}")
     any_status = replace(wanted, statuses=frozenset())
+    collector = PageCollector(wanted, limit, page_token)
     by_status: dict[str, int] = {}
-    found = []
+    total = 0
     for s in statuses:
         if any_status.matches(s):
             by_status[s.status.value] = by_status.get(s.status.value, 0) + 1
             if not wanted.statuses or s.status in wanted.statuses:
-                found.append(s)
-    found.sort(key=lambda s: (s.created_ms, s.instance_id), reverse=True)
-    return Page(found[offset : offset + limit], len(found), offset, limit, by_status)
+                total += 1
+                collector.add(s)
+    page = collector.page()
+    return Page(page.items, total, limit, by_status, page.next_page_token)
 
 
 def pending_work(events: Sequence[HistoryEvent]) -> dict[str, list[dict[str, Any]]]:

@@ -123,6 +123,17 @@ def _walk_through(page: Page, url: str, echoes: list[str], waiting: str, failed:
     expect(rows).to_have_count(3)
     expect(page.locator(f'tr[data-instance="{waiting}"]')).to_have_count(0)
 
+    # two a page: "Next page" shows the third, then there is no next page
+    page.goto(f"{url}/#/?status=completed&tag=team%3Dweb&limit=2")
+    expect(rows).to_have_count(2)
+    first = set(rows.evaluate_all("rows => rows.map((r) => r.dataset.instance)"))
+    page.click("#next-page")
+    expect(rows).to_have_count(1)
+    expect(page.locator("#next-page")).to_have_count(0)
+    assert first | {rows.first.get_attribute("data-instance")} == set(echoes)
+    page.click("#first-page")
+    expect(rows).to_have_count(2)
+
     # a bad filter is answered with a clear error
     page.fill("#filters input[name=status]", "sleepy")
     page.click("#filters button[type=submit]")
@@ -166,6 +177,9 @@ def test_the_api_refuses_bad_requests_with_what_to_do(engine: RunningEngine) -> 
             assert missing.status_code == 404
             assert "no instance 'no-such-instance'" in missing.json()["error"]
             assert http.get("/api/instances?limit=0").status_code == 400
+            bad_token = http.get("/api/instances?page_token=junk")
+            assert bad_token.status_code == 400
+            assert "next_page_token of the previous page" in bad_token.json()["error"]
             url = "/api/instances/anything/actions/raise-event"
             unauthorised = http.post(url, json={"name": "go"})
             assert unauthorised.status_code == 401

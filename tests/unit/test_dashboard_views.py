@@ -23,7 +23,8 @@ from engine.core.history import (
     TimerFired,
 )
 from engine.core.messages import InstanceStatus
-from engine.ui.views import MAX_PAGE, InstanceFilter, pending_work, select
+from engine.services.listing import InstanceFilter
+from engine.ui.views import MAX_PAGE, filter_from_query, pending_work, select
 
 
 def _status(i: int, **kw: object) -> InstanceStatus:
@@ -45,8 +46,8 @@ def test_filters_by_status_name_version_tag_and_time() -> None:
     ]
 
     def ids(query: dict[str, str]) -> list[str]:
-        wanted = InstanceFilter.from_query(query)
-        return [s.instance_id for s in select(rows, wanted, 0, 50).items]
+        wanted = filter_from_query(query)
+        return [s.instance_id for s in select(rows, wanted, 50).items]
 
     assert ids({}) == ["i3", "i2", "i1"]  # newest first
     assert ids({"name": "a"}) == ["i2", "i1"]
@@ -55,7 +56,7 @@ def test_filters_by_status_name_version_tag_and_time() -> None:
     assert ids({"tag": "team=x"}) == ["i1"]
     assert ids({"created_after": "1970-01-01T00:00:01.002+00:00"}) == ["i3", "i2"]
     assert ids({"created_before": "1970-01-01T00:00:01.002+00:00"}) == ["i1"]
-    page = select(rows, InstanceFilter.from_query({"name": "a", "status": "running"}), 0, 50)
+    page = select(rows, filter_from_query({"name": "a", "status": "running"}), 50)
     assert [s.instance_id for s in page.items] == ["i1"]
     assert page.by_status == {"RUNNING": 1, "COMPLETED": 1}  # counts ignore the status filter
 
@@ -70,26 +71,30 @@ def test_filters_by_status_name_version_tag_and_time() -> None:
 )
 def test_bad_filters_say_how_to_write_them(query: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
-        InstanceFilter.from_query(query)
+        filter_from_query(query)
 
 
 def test_paging_bounds_are_refused_not_clamped() -> None:
-    with pytest.raises(ConfigurationError, match="negative"):
-        select([], InstanceFilter(), -1, 10)
     with pytest.raises(ConfigurationError, match=f"1 to {MAX_PAGE}"):
-        select([], InstanceFilter(), 0, MAX_PAGE + 1)
+        select([], InstanceFilter(), 0)
+    with pytest.raises(ConfigurationError, match=f"1 to {MAX_PAGE}"):
+        select([], InstanceFilter(), MAX_PAGE + 1)
 
 
-@given(st.integers(0, 40), st.integers(0, 45), st.integers(1, 20))
-def test_pages_cover_every_match_once(count: int, offset: int, limit: int) -> None:
+@given(st.integers(0, 40), st.integers(1, 20))
+def test_pages_cover_every_match_once(count: int, limit: int) -> None:
     rows = [_status(i) for i in range(count)]
-    page = select(rows, InstanceFilter(), offset, limit)
-    assert page.total == count
-    assert len(page.items) == max(0, min(limit, count - offset))
     everything = []
-    for start in range(0, count, limit):
-        everything += select(rows, InstanceFilter(), start, limit).items
-    assert sorted(s.instance_id for s in everything) == sorted(s.instance_id for s in rows)
+    token = None
+    while True:
+        page = select(rows, InstanceFilter(), limit, token)
+        assert page.total == count
+        assert len(page.items) <= limit
+        everything += page.items
+        token = page.next_page_token
+        if token is None:
+            break
+    assert [s.instance_id for s in everything] == [f"i{i}" for i in reversed(range(count))]
 
 
 def _events(*bodies: tuple[int, EventBody]) -> list[HistoryEvent]:

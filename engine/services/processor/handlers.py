@@ -50,6 +50,7 @@ from engine.core.messages import (
     TerminateWorkflow,
 )
 from engine.core.payloads import Payload
+from engine.core.tags import checked_tags
 from engine.runtime.executor import WorkflowExecution
 from engine.services.processor import keys, parking, pending, slots, spans
 from engine.services.processor.batch import Batch
@@ -75,6 +76,7 @@ START_TIMER = -1
 
 def on_start(b: Batch, msg: StartWorkflow, now_ms: int) -> Verdict:
     keys.check_instance_id(msg.instance_id)
+    checked_tags(msg.tags)  # a plain producer's bad tags: refused, and in dead letters
     item = b.load(msg.instance_id)
     meta = item.meta
     if meta.exists and msg.request_id and msg.request_id == meta.request_id:
@@ -451,6 +453,7 @@ def on_purge(b: Batch, msg: PurgeWorkflow, now_ms: int) -> Verdict:
 def on_signal_with_start(b: Batch, msg: SignalWithStart, now_ms: int) -> Verdict:
     """Deliver to a live instance, keep for a scheduled one, else start a run with it."""
     keys.check_instance_id(msg.instance_id)
+    checked_tags(msg.tags)
     if msg.instance_id.startswith(SLOTS_PREFIX):
         reason = f"instance ids starting with {SLOTS_PREFIX!r} are reserved; choose another id"
         return refused("NoConcurrencyLimitError", reason)

@@ -188,6 +188,7 @@ def _refresh_meta(item: Loaded, now_ms: int) -> None:
     meta.output = execution.output
     meta.failure = execution.failure
     meta.custom_status = execution.custom_status
+    meta.tags = execution.tags
     meta.input = execution.input
     meta.last_updated_ms = now_ms
 

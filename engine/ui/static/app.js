@@ -55,14 +55,15 @@ async function listPage(params) {
     el("td", {}, statusCell(i.status)), el("td", {}, when(i.created_ms)),
     el("td", {}, when(i.last_updated_ms)),
     el("td", {}, Object.entries(i.tags).map(([k, v]) => `${k}=${v}`).join(", "))));
-  const offset = page.offset, limit = page.limit;
-  const move = (to) => { const q = new URLSearchParams(params); q.set("offset", to); location.hash = `#/?${q}`; };
+  // Pages follow tokens: "Next page" starts after this page's last instance, so instances
+  // started meanwhile (which sort first) do not shift the pages that follow.
+  const to = (token) => { const q = new URLSearchParams(params); if (token) q.set("page_token", token); else q.delete("page_token"); return `#/?${q}`; };
   const pager = el("div", { class: "pager" },
-    el("button", { disabled: offset === 0, onclick: () => move(Math.max(0, offset - limit)) }, "Newer"),
-    el("span", { id: "count" }, `${page.total ? offset + 1 : 0}–${offset + page.items.length} of ${page.total}`),
-    el("button", { disabled: offset + limit >= page.total, onclick: () => move(offset + limit) }, "Older"));
+    params.get("page_token") ? el("a", { href: to(null), id: "first-page" }, "First page") : null,
+    el("span", { id: "count" }, `${page.items.length} shown of ${page.total}`),
+    page.next_page_token ? el("a", { href: to(page.next_page_token), id: "next-page" }, "Next page") : null);
   const counts = el("div", { class: "pager", id: "by-status" }, Object.entries(page.by_status).sort().map(([s, n]) => {
-    const q = new URLSearchParams(params); q.set("status", s); q.delete("offset");
+    const q = new URLSearchParams(params); q.set("status", s); q.delete("page_token");
     return el("a", { href: `#/?${q}`, "data-count": s }, statusCell(s), ` ${n}`);
   }));
   show(el("h1", {}, "Instances"), form, counts, pager,

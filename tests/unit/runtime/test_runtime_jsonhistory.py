@@ -29,6 +29,7 @@ from engine.core.history import (
     InlineStepFailed,
     ParentClosePolicy,
     RuntimeStatus,
+    TagsUpserted,
     TaskCompleted,
     TaskFailed,
     TaskScheduled,
@@ -65,6 +66,7 @@ BODIES = [
     TurnStarted(77),
     ActivityCancelRequested(4, 2),
     ExecutionCancelRequested("parent closed"),
+    TagsUpserted({"customer": "c-42", "tier": ""}),
 ]
 
 
