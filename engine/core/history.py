@@ -265,6 +265,21 @@ class ExecutionCancelRequested(EventBody):
     reason: str = ""
 
 
+# --- patch markers (ctx.patched / ctx.deprecate_patch) --------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PatchMarker(EventBody):
+    """The code called ``ctx.patched(patch_id)`` here and took the patched path (or called
+    ``ctx.deprecate_patch(patch_id)``: ``deprecated``). Replay answers ``patched`` with True
+    exactly where this marker is recorded, and False in histories recorded before the patch;
+    a deprecated marker may be left unasked by code that no longer mentions the patch."""
+
+    KIND: ClassVar[str] = "PatchMarker"
+    patch_id: str
+    deprecated: bool = False
+
+
 EVENT_TYPES: tuple[type[EventBody], ...] = (
     ExecutionStarted,
     ExecutionCompleted,
@@ -289,6 +304,7 @@ EVENT_TYPES: tuple[type[EventBody], ...] = (
     TurnStarted,
     ActivityCancelRequested,
     ExecutionCancelRequested,
+    PatchMarker,
 )
 
 

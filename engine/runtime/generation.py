@@ -27,6 +27,7 @@ from engine.core.history import (
     ExecutionStarted,
     InlineStepCompleted,
     InlineStepFailed,
+    PatchMarker,
 )
 from engine.core.payloads import Payload
 from engine.runtime.actions import RunInlineStep, SendEvent, SetCustomStatus
@@ -72,6 +73,7 @@ class Generation:
         "next_task_id",
         "number",
         "orphaned",
+        "patches",
         "ready",
         "registry",
         "rng",
@@ -120,6 +122,8 @@ class Generation:
         self.uuid_counter = 0
         self.rng: random.Random | None = None
         self.custom_status: Payload | None = None
+        #: The answer ``ctx.patched`` gave per patch id in this generation (asked once).
+        self.patches: dict[str, bool] = {}
 
     # --- journaling ---------------------------------------------------------------------------
 
@@ -288,6 +292,24 @@ class Generation:
             self.custom_status = payload
         else:
             self.custom_status = recorded.status
+
+    def patched(self, patch_id: str, *, deprecated: bool = False) -> bool:
+        """``ctx.patched`` / ``ctx.deprecate_patch``: live, record a marker and answer True;
+        on replay, True only where the history recorded the marker. The first answer per
+        patch id holds for the rest of the generation, so every call site agrees."""
+        if self.closing:
+            self.refuse()
+        known = self.patches.get(patch_id)
+        if known is not None:
+            return known
+        journal = self.journal
+        if not journal.replaying:
+            journal.append(PatchMarker(patch_id, deprecated))
+            answer = True
+        else:
+            answer = journal.patch(patch_id) is not None or deprecated
+        self.patches[patch_id] = answer
+        return answer
 
     def request_continue_as_new(self, payload: Payload | None) -> None:
         if self.closing:

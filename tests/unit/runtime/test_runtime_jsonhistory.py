@@ -28,6 +28,7 @@ from engine.core.history import (
     InlineStepCompleted,
     InlineStepFailed,
     ParentClosePolicy,
+    PatchMarker,
     RuntimeStatus,
     TaskCompleted,
     TaskFailed,
@@ -65,6 +66,7 @@ BODIES = [
     TurnStarted(77),
     ActivityCancelRequested(4, 2),
     ExecutionCancelRequested("parent closed"),
+    PatchMarker("fix-42", deprecated=True),
 ]
 
 
