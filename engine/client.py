@@ -40,6 +40,7 @@ from engine.core.typed import convert, return_type
 from engine.runtime.registry import Registry
 from engine.services.client import RETRY_REASON, InstanceState, StatusView, WorkflowClient
 from engine.services.outcomes import OutcomeWaiters
+from engine.services.versions import VersionCount
 
 __all__ = [
     "AsyncClient",
@@ -323,11 +324,19 @@ class Client:
         status: RuntimeStatus | Iterable[RuntimeStatus] | None = None,
         name: str | None = None,
         created_after: datetime | None = None,
+        version: str | None = None,
     ) -> list[InstanceState]:
+        """Known instances (newest first), filtered by status, workflow name, creation
+        time and the workflow version they run."""
         found = self._start_reader().list_instances(
-            status=status, name=name, created_after=created_after
+            status=status, name=name, created_after=created_after, version=version
         )
         return [InstanceState(s) for s in found]
+
+    def versions(self, name: str | None = None) -> list[VersionCount]:
+        """How many instances run each workflow version, open and ended (README
+        "Changing code": a version without open instances can be removed)."""
+        return self._start_reader().versions(name)
 
     def wait_for_start(self, instance_id: str, timeout: float | None = None) -> InstanceState:
         """Block until the instance has started; raises WaitTimeoutError after ``timeout``."""
@@ -548,6 +557,9 @@ class AsyncClient:
 
     async def list_instances(self, **filters: Any) -> list[InstanceState]:
         return await asyncio.to_thread(self.sync.list_instances, **filters)
+
+    async def versions(self, name: str | None = None) -> list[VersionCount]:
+        return await asyncio.to_thread(self.sync.versions, name)
 
     async def wait_for_completion(
         self, instance_id: str, timeout: float | None = None, *, generation: int = 0

@@ -150,7 +150,11 @@ def _register_start(subparsers: SubParsers) -> None:
         default=IdReusePolicy.ERROR_IF_RUNNING.value,
         help="what to do if the id is taken (default ERROR_IF_RUNNING)",
     )
-    start.add_argument("--version", default="", help="workflow version (default: the only one)")
+    start.add_argument(
+        "--version",
+        default="",
+        help='workflow version (default: the default version, see README "Changing code")',
+    )
     start.add_argument("--start-at", type=_when, help="ISO 8601 time to start at (scheduled)")
     start.add_argument(
         "--concurrency-key",
@@ -219,7 +223,11 @@ def _register_raise(subparsers: SubParsers) -> None:
     both.add_argument("event", metavar="EVENT", help="event name the workflow waits for")
     both.add_argument("--data", type=_json_value, help="event payload as JSON")
     both.add_argument("--input", type=_json_value, help="workflow input as JSON, if it starts")
-    both.add_argument("--version", default="", help="workflow version (default: the only one)")
+    both.add_argument(
+        "--version",
+        default="",
+        help='workflow version (default: the default version, see README "Changing code")',
+    )
     both.add_argument(
         "--tag", type=_tag, action="append", default=[], help="KEY=VALUE tag (repeatable)"
     )
@@ -339,7 +347,9 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _register_list(subparsers: SubParsers) -> None:
-    parser = _command(subparsers, "list", "list instances by status, name and creation time", _list)
+    parser = _command(
+        subparsers, "list", "list instances by status, name, version and creation time", _list
+    )
     parser.add_argument(
         "--status",
         type=str.upper,
@@ -348,6 +358,7 @@ def _register_list(subparsers: SubParsers) -> None:
         help="only instances in this status (repeatable)",
     )
     parser.add_argument("--name", help="only instances of this workflow")
+    parser.add_argument("--version", help="only instances running this workflow version")
     parser.add_argument("--since", type=_when, help="only instances created at or after (ISO)")
     parser.add_argument("--limit", type=_count, default=100, help="show at most this many (100)")
     parser.add_argument("--json", action="store_true", help="print the instances as JSON")
@@ -356,7 +367,9 @@ def _register_list(subparsers: SubParsers) -> None:
 def _list(args: argparse.Namespace) -> int:
     statuses = [RuntimeStatus(s) for s in args.status] if args.status else None
     with Client.from_settings(connected_settings(args)) as client:
-        found = client.list_instances(status=statuses, name=args.name, created_after=args.since)
+        found = client.list_instances(
+            status=statuses, name=args.name, created_after=args.since, version=args.version
+        )
     found.sort(key=lambda state: state.created, reverse=True)
     shown = found[: max(args.limit, 0)]
     if args.json:

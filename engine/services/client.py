@@ -45,6 +45,7 @@ from engine.core.payloads import Payload, describe_payload, from_payload, to_pay
 from engine.runtime.jsonhistory import failure_to_json
 from engine.runtime.registry import Registry, default_registry
 from engine.services.outcomes import OutcomeWaiters, raise_for_refusal
+from engine.services.versions import VersionCount, count_versions
 
 __all__ = [
     "RETRY_REASON",
@@ -561,8 +562,10 @@ class WorkflowClient:
         status: RuntimeStatus | Iterable[RuntimeStatus] | None = None,
         name: str | None = None,
         created_after: datetime | None = None,
+        version: str | None = None,
     ) -> list[InstanceStatus]:
-        """Known instances filtered by status, workflow name and creation time (newest first)."""
+        """Known instances filtered by status, workflow name, creation time and the
+        workflow version they run (newest first)."""
         self.view.wait_ready(self.ready_timeout_s)
         wanted = {status} if isinstance(status, RuntimeStatus) else set(status or ())
         after = None if created_after is None else _epoch_ms(created_after)
@@ -572,8 +575,14 @@ class WorkflowClient:
             if (not wanted or s.status in wanted)
             and (name is None or s.name == name)
             and (after is None or s.created_ms > after)
+            and (version is None or s.version == version)
         ]
         return sorted(found, key=lambda s: s.created_ms, reverse=True)
+
+    def versions(self, name: str | None = None) -> list[VersionCount]:
+        """Instances per workflow version, open and ended (``turnstile versions``)."""
+        self.view.wait_ready(self.ready_timeout_s)
+        return count_versions(self.view.snapshot(), name)
 
     def future(self, instance_id: str, predicate: StatusPredicate) -> Future[InstanceStatus]:
         """A future for the first status satisfying ``predicate`` (no thread per wait)."""
