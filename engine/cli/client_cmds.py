@@ -28,6 +28,7 @@ __all__ = ["register"]
 
 EXIT_FAILED = 1
 EXIT_TIMEOUT = 124
+VERSION_HELP = "workflow version (default: the workflow's default version, README 'Changing code')"
 
 
 def register(subparsers: SubParsers) -> None:
@@ -153,7 +154,7 @@ def _register_start(subparsers: SubParsers) -> None:
     start.add_argument(
         "--version",
         default="",
-        help='workflow version (default: the default version, see README "Changing code")',
+        help=VERSION_HELP,
     )
     start.add_argument("--start-at", type=_when, help="ISO 8601 time to start at (scheduled)")
     start.add_argument(
@@ -226,7 +227,7 @@ def _register_raise(subparsers: SubParsers) -> None:
     both.add_argument(
         "--version",
         default="",
-        help='workflow version (default: the default version, see README "Changing code")',
+        help=VERSION_HELP,
     )
     both.add_argument(
         "--tag", type=_tag, action="append", default=[], help="KEY=VALUE tag (repeatable)"

@@ -48,11 +48,15 @@ def test_starts_without_a_version_run_the_default_and_the_cli_counts_them(
     pinned = engine.client.start("t.versioned", 2, instance_id=f"pinned-{tag}", version="1")
     parent = engine.client.start("t.versioned_parent", 4, instance_id=f"parent-{tag}")
     _plain_start(engine, f"plain-{tag}")
+    flags = ["--bootstrap-servers", engine.bootstrap, "--namespace", engine.settings.namespace]
+    assert main(["start", "t.versioned", "--input", "5", "--id", f"cli-{tag}", *flags]) == 0
+    capsys.readouterr()
+    runs = [by_client.instance_id, pinned.instance_id, parent.instance_id, f"plain-{tag}"]
     outputs = {
-        run: engine.client.wait_for_completion(run, TIMEOUT).output
-        for run in (by_client.instance_id, pinned.instance_id, parent.instance_id, f"plain-{tag}")
+        run: engine.client.wait_for_completion(run, TIMEOUT).output for run in [*runs, f"cli-{tag}"]
     }
     assert outputs == {
+        f"cli-{tag}": "v2 got 5",
         f"client-{tag}": "v2 got 1",
         f"pinned-{tag}": "v1 got 2",
         f"parent-{tag}": "v2 got 4",
@@ -61,14 +65,13 @@ def test_starts_without_a_version_run_the_default_and_the_cli_counts_them(
     plain = engine.client.get(f"plain-{tag}")
     assert plain is not None and plain.version == "2" and plain.status is RuntimeStatus.COMPLETED
 
-    flags = ["--bootstrap-servers", engine.bootstrap, "--namespace", engine.settings.namespace]
     assert main(["list", "--name", "t.versioned", "--version", "1", "--json", *flags]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [s["instance_id"] for s in listed] == [f"pinned-{tag}"]
     assert main(["versions", "--name", "t.versioned", "--json", *flags]) == 0
     counts = {c["version"]: (c["open"], c["ended"]) for c in json.loads(capsys.readouterr().out)}
-    assert counts == {"1": (0, 1), "2": (0, 3)}  # the child ran version 2 too
+    assert counts == {"1": (0, 1), "2": (0, 4)}  # the child ran version 2 too
     assert main(["versions", *flags]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split() == ["WORKFLOW", "VERSION", "OPEN", "ENDED"]
-    assert ["t.versioned", "2", "0", "3"] in [line.split() for line in table]
+    assert ["t.versioned", "2", "0", "4"] in [line.split() for line in table]
