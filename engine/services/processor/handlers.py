@@ -222,8 +222,9 @@ def begin(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
 
 
 def _resolved_version(b: Batch, msg: StartWorkflow) -> str:
-    """The version the registry picks for the start (an empty version finds the only one),
-    so that history and status say which code ran."""
+    """The version the registry picks for the start (an empty version: the workflow's
+    default version), recorded so that history and status say which code ran and the
+    instance stays on it when a newer default is deployed."""
     try:
         return b.env.registry.get_workflow(msg.name, msg.version).version
     except TurnstileError:
