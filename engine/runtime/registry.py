@@ -280,6 +280,14 @@ class Registry:
             return found
         return self.get_workflow(name, version)
 
+    def start_version(self, name: str, version: str = "") -> str:
+        """The version a start of (name, version) runs, as history and status record it:
+        ``version`` itself, or for an empty one the name's default (an unknown workflow
+        keeps what the start said: running it fails and says why)."""
+        if version:
+            return version
+        return self._defaults.get(name, version)
+
     def default_version(self, name: str) -> str | None:
         """The version a start of ``name`` without a version runs (None: not registered)."""
         return self._defaults.get(name)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Coroutine
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from engine import NonDeterminismError, Registry, WorkflowContext
 from engine.cli.main import main
 from engine.codec import encode_message, write_history_file
-from engine.core.history import ExecutionStarted, PatchMarker
+from engine.core.history import ExecutionStarted, PatchMarker, RuntimeStatus
 from engine.core.messages import StartWorkflow
 from engine.runtime.executor import WorkflowExecution
 from engine.services.versions import VersionCount
@@ -98,6 +99,19 @@ def test_running_instances_stay_on_their_version_after_a_new_default() -> None:
         assert env.wait_for_completion(new).output == "v2"
         counts = env.client.versions("orders.place")
         assert [(c.version, c.open, c.ended) for c in counts] == [("1", 0, 1), ("2", 0, 1)]
+
+
+def test_a_scheduled_start_counts_under_the_version_it_would_run() -> None:
+    with TestEngine(order_versions("1", "2")) as env:
+        run = env.start("orders.place", start_at=env.now() + timedelta(hours=1))
+        env.run()
+        state = env.get(run)
+        assert state is not None and state.status is RuntimeStatus.PENDING
+        assert state.version == "2"
+        assert env.client.versions() == [VersionCount("orders.place", "2", open=1, ended=0)]
+        env.advance(timedelta(hours=1))
+        env.raise_event(run, "go")
+        assert env.wait_for_completion(run).output == "v2"
 
 
 # --- patching -------------------------------------------------------------------------------
