@@ -5,7 +5,10 @@ with a bounded number of label pairs."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from engine import Registry, WorkflowContext
@@ -14,6 +17,7 @@ from engine.adapters.kafka_processor import Progress
 from engine.adapters.metrics import ProcessorMetrics
 from engine.config.topics import topic_names
 from engine.core.history import RuntimeStatus
+from engine.core.instance_row import InstanceRow
 from engine.services.processor.memory_store import MemoryPartitionStore
 from engine.services.processor.partition import Environment, PartitionProcessor
 from engine.testing import TestEngine
@@ -93,3 +97,38 @@ def test_label_pairs_are_bounded() -> None:
     assert len(samples) == metrics.MAX_VERSION_LABELS + 1
     assert _gauge(m.registry, "w", "v0") == 4
     assert _gauge(m.registry, metrics.OTHER, metrics.OTHER) == 5
+
+
+ROW = st.tuples(
+    st.sampled_from(["a", "b", "c", "d"]),
+    st.sampled_from(list(RuntimeStatus)),
+    st.sampled_from(["w", "x"]),
+    st.sampled_from(["", "1", "2"]),
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.lists(ROW, max_size=4), st.booleans(), st.booleans()), max_size=8))
+def test_moved_counts_equal_a_fresh_count(batches: list[tuple[list[Any], bool, bool]]) -> None:
+    """Batches change rows (status, workflow, version), purge one, commit or roll back:
+    the counts kept up to date equal a count of the committed rows from scratch."""
+    env = Environment(Registry(), topic_names("t"), 10, 1000, 3600_000)
+    pp = PartitionProcessor(0, MemoryPartitionStore(), env)
+    kept = pp.count_statuses()
+    for rows, purge, commit in batches:
+        batch = pp.batch
+        for instance_id, status, name, version in rows:
+            meta = batch.load(instance_id).meta
+            meta.status, meta.name, meta.version = status, name, version
+            batch.save(meta)
+        if purge and rows:  # as the purge handler does: the row goes, a blank stays
+            item = batch.load(rows[0][0])
+            batch.remove(item.meta)
+            item.meta = InstanceRow(rows[0][0])
+        pp.end_batch(0)
+        if commit:
+            pp.committed({})
+        else:
+            pp.rolled_back()
+    assert kept.versions() == pp.count_statuses().versions()
+    assert {s: n for s, n in kept.snapshot().items() if n} == pp.statuses.snapshot()  # type: ignore[union-attr]
