@@ -1,7 +1,9 @@
 """Registration of workflows and activities, and the ``@workflow`` / ``@activity`` decorators.
 
 A history names its workflow and activities by string, so the code that runs them is found
-by name (and, for workflows, version) in a :class:`Registry`. The module-level decorators
+by name (and, for workflows, version) in a :class:`Registry`. A start without a version
+runs the name's default version (:mod:`engine.runtime.versions`); a replay runs exactly the
+version its history recorded. The module-level decorators
 register into :data:`default_registry`; explicit ``Registry()`` instances keep tests and
 multi-tenant processes apart. Decorators return the function unchanged, so decorated
 functions stay plain, directly testable Python.
