@@ -51,6 +51,7 @@ from engine.services.client import (
 )
 from engine.services.listing import DEFAULT_PAGE, InstancePage, PageCollector
 from engine.services.outcomes import OutcomeWaiters
+from engine.services.versions import VersionCount
 
 __all__ = [
     "AsyncClient",
@@ -336,11 +337,13 @@ class Client:
         name: str | None = None,
         created_after: datetime | None = None,
         tags: dict[str, str] | None = None,
+        version: str | None = None,
     ) -> list[InstanceState]:
         """Every matching instance, newest first, from the live status view (all of it in
-        memory: use ``list_page`` for large namespaces)."""
+        memory: use ``list_page`` for large namespaces), filtered by status, workflow name,
+        creation time, tags (every pair) and the workflow version they run."""
         found = self._start_reader().list_instances(
-            status=status, name=name, created_after=created_after, tags=tags
+            status=status, name=name, created_after=created_after, tags=tags, version=version
         )
         return [InstanceState(s) for s in found]
 
@@ -351,6 +354,7 @@ class Client:
         name: str | None = None,
         created_after: datetime | None = None,
         tags: dict[str, str] | None = None,
+        version: str | None = None,
         limit: int = DEFAULT_PAGE,
         page_token: str | None = None,
         on_progress: ProgressCallback | None = None,
@@ -363,13 +367,20 @@ class Client:
         folding it on disk (``engine.adapters.status_scan``), so the list holds one page in
         memory however many instances there are; ``on_progress`` hears about that read.
         """
-        wanted = list_filter(status=status, name=name, tags=tags, created_after=created_after)
+        wanted = list_filter(
+            status=status, name=name, version=version, tags=tags, created_after=created_after
+        )
         collector = PageCollector(wanted, limit, page_token)  # bad arguments fail here
         if self._reader is not None:
             page = self._service.list_page(collector)
         else:
             page = list_page_from_topic(self.settings, collector, on_progress=on_progress)
         return InstancePage([InstanceState(s) for s in page.items], page.next_page_token)
+
+    def versions(self, name: str | None = None) -> list[VersionCount]:
+        """How many instances run each workflow version, open and ended (README
+        "Changing code": a version without open instances can be removed)."""
+        return self._start_reader().versions(name)
 
     def wait_for_start(self, instance_id: str, timeout: float | None = None) -> InstanceState:
         """Block until the instance has started; raises WaitTimeoutError after ``timeout``."""
@@ -594,6 +605,9 @@ class AsyncClient:
     async def list_page(self, **filters: Any) -> InstancePage[InstanceState]:
         """One page of instances (``Client.list_page``), off the event loop."""
         return await asyncio.to_thread(lambda: self.sync.list_page(**filters))
+
+    async def versions(self, name: str | None = None) -> list[VersionCount]:
+        return await asyncio.to_thread(self.sync.versions, name)
 
     async def wait_for_completion(
         self, instance_id: str, timeout: float | None = None, *, generation: int = 0

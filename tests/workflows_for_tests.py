@@ -156,3 +156,22 @@ async def timer_then_activity(ctx: WorkflowContext, spec: dict[str, Any]) -> int
     await ctx.sleep(spec["sleep"])
     result: int = await ctx.call_activity(add, {"x": spec["x"], "y": 1})
     return result
+
+
+# --- versions: two registered, starts without a version run the newest ------------------------
+
+
+@workflow(name="t.versioned", version="1")
+async def versioned_1(ctx: WorkflowContext, value: Any) -> str:
+    return f"v1 got {value}"
+
+
+@workflow(name="t.versioned", version="2")
+async def versioned_2(ctx: WorkflowContext, value: Any) -> str:
+    return f"v2 got {value}"
+
+
+@workflow(name="t.versioned_parent")
+async def versioned_parent(ctx: WorkflowContext, value: Any) -> str:
+    result: str = await ctx.call_child_workflow("t.versioned", value)
+    return result

@@ -297,7 +297,34 @@ def _partition_families(
     )
     for (topic, p), n in sorted(lags.items()):
         lag.add_metric([topic, str(p)], n)
-    yield from (cache, instances, lag)
+    yield from (cache, instances, lag, _by_version(partitions))
+
+
+#: At most this many (workflow, version) label pairs per replica; the rest are summed as
+#: ``OTHER`` (names and versions come from starts, so their number is the user's to bound).
+MAX_VERSION_LABELS = 100
+OTHER = "(other)"
+
+
+def _by_version(partitions: list[tuple[int, PartitionProcessor]]) -> Metric:
+    family = GaugeMetricFamily(
+        "turnstile_instances_by_version",
+        "Open instances (PENDING, RUNNING, SUSPENDED) per workflow and version on the "
+        "owned partitions: a version at 0 on every replica no longer runs anywhere",
+        labels=["name", "version"],
+    )
+    totals: dict[tuple[str, str], int] = {}
+    for _, pp in partitions:
+        if pp.statuses is not None:
+            for key, n in pp.statuses.versions().items():
+                totals[key] = totals.get(key, 0) + n
+    ranked = sorted(totals.items(), key=lambda item: (-item[1], item[0]))
+    other = sum(n for _, n in ranked[MAX_VERSION_LABELS:])
+    for (name, version), n in sorted(ranked[:MAX_VERSION_LABELS]):
+        family.add_metric([name, version], n)
+    if other:
+        family.add_metric([OTHER, OTHER], other)
+    return family
 
 
 F = TypeVar("F", CounterMetricFamily, GaugeMetricFamily)

@@ -31,6 +31,7 @@ __all__ = ["register"]
 
 EXIT_FAILED = 1
 EXIT_TIMEOUT = 124
+VERSION_HELP = "workflow version (default: the workflow's default version, README 'Changing code')"
 
 
 def register(subparsers: SubParsers) -> None:
@@ -153,7 +154,11 @@ def _register_start(subparsers: SubParsers) -> None:
         default=IdReusePolicy.ERROR_IF_RUNNING.value,
         help="what to do if the id is taken (default ERROR_IF_RUNNING)",
     )
-    start.add_argument("--version", default="", help="workflow version (default: the only one)")
+    start.add_argument(
+        "--version",
+        default="",
+        help=VERSION_HELP,
+    )
     start.add_argument("--start-at", type=_when, help="ISO 8601 time to start at (scheduled)")
     start.add_argument(
         "--concurrency-key",
@@ -222,7 +227,11 @@ def _register_raise(subparsers: SubParsers) -> None:
     both.add_argument("event", metavar="EVENT", help="event name the workflow waits for")
     both.add_argument("--data", type=_json_value, help="event payload as JSON")
     both.add_argument("--input", type=_json_value, help="workflow input as JSON, if it starts")
-    both.add_argument("--version", default="", help="workflow version (default: the only one)")
+    both.add_argument(
+        "--version",
+        default="",
+        help=VERSION_HELP,
+    )
     both.add_argument(
         "--tag", type=_tag, action="append", default=[], help="KEY=VALUE tag (repeatable)"
     )
@@ -345,7 +354,8 @@ def _register_list(subparsers: SubParsers) -> None:
     parser = _command(
         subparsers,
         "list",
-        "list instances by status, name, tags and creation time, newest first, a page at a time",
+        "list instances by status, name, version, tags and creation time, newest first, "
+        "a page at a time",
         _list,
     )
     parser.add_argument(
@@ -356,6 +366,7 @@ def _register_list(subparsers: SubParsers) -> None:
         help="only instances in this status (repeatable: any of them)",
     )
     parser.add_argument("--name", help="only instances of this workflow")
+    parser.add_argument("--version", help="only instances running this workflow version")
     parser.add_argument(
         "--tag",
         type=_tag,
@@ -391,6 +402,7 @@ def _list(args: argparse.Namespace) -> int:
         page = client.list_page(
             status=statuses,
             name=args.name,
+            version=args.version,
             tags=dict(args.tag),
             created_after=args.since,
             limit=args.limit,

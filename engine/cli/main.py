@@ -28,6 +28,7 @@ from engine.cli import (
     processor_cmd,
     topics,
     ui_cmd,
+    versions_cmd,
     worker_cmd,
 )
 from engine.cli.traces import process_tracing
@@ -59,6 +60,7 @@ COMMAND_MODULES: tuple[CommandModule, ...] = (
     processor_cmd,
     worker_cmd,
     client_cmds,
+    versions_cmd,
     topics,
     dev,
     history_cmds,

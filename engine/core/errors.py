@@ -49,7 +49,8 @@ class NonDeterminismError(WorkflowRuntimeError):
         super().__init__(
             f"non-deterministic workflow: history event #{sequence} recorded {recorded}, "
             f"but the code now asks for {attempted}. Keep the old code path for running "
-            f"instances (branch on a version) or let them finish before deploying this change."
+            f"instances (branch with ctx.patched, or register the change as a new version) or "
+            f"let them finish before deploying this change."
         )
 
 

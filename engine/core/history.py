@@ -275,6 +275,21 @@ class TagsUpserted(EventBody):
     tags: dict[str, str] = field(default_factory=dict)
 
 
+# --- patch markers (ctx.patched / ctx.deprecate_patch) --------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PatchMarker(EventBody):
+    """The code called ``ctx.patched(patch_id)`` here and took the patched path (or called
+    ``ctx.deprecate_patch(patch_id)``: ``deprecated``). Replay answers ``patched`` with True
+    exactly where this marker is recorded, and False in histories recorded before the patch;
+    a deprecated marker may be left unasked by code that no longer mentions the patch."""
+
+    KIND: ClassVar[str] = "PatchMarker"
+    patch_id: str
+    deprecated: bool = False
+
+
 EVENT_TYPES: tuple[type[EventBody], ...] = (
     ExecutionStarted,
     ExecutionCompleted,
@@ -300,6 +315,7 @@ EVENT_TYPES: tuple[type[EventBody], ...] = (
     ActivityCancelRequested,
     ExecutionCancelRequested,
     TagsUpserted,
+    PatchMarker,
 )
 
 

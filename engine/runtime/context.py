@@ -49,6 +49,14 @@ def _close_policy(value: ParentClosePolicy | str) -> ParentClosePolicy:
         raise ValueError(f"parent_close_policy must be one of {choices} (got {value!r})") from None
 
 
+def _patch_id(patch_id: str) -> str:
+    if not isinstance(patch_id, str) or not patch_id:
+        raise ValueError(
+            f"a patch id is a non-empty string, e.g. ctx.patched('fix-42'), got {patch_id!r}"
+        )
+    return patch_id
+
+
 def _optional_ms(seconds: float | timedelta | None, what: str) -> int | None:
     return None if seconds is None else _to_ms(seconds, what)
 
@@ -273,6 +281,27 @@ class WorkflowContext:
         With ``timeout`` (seconds) the task raises :class:`WorkflowTimeoutError`.
         """
         return self._gen.wait_condition(predicate, _optional_ms(timeout, "condition timeout"))
+
+    # --- changing code under running instances ----------------------------------------------
+
+    def patched(self, patch_id: str) -> bool:
+        """Branch between old and new code for the same workflow version.
+
+        True where the code runs the patched path: on first execution (a ``PatchMarker``
+        is recorded in history) and on replay of a history that recorded the marker at
+        this point; False when replaying a history recorded before the patch, so running
+        instances keep the old path. Every call with the same id in a generation gets the
+        same answer. README "Changing code" shows the three steps from ``patched`` through
+        :meth:`deprecate_patch` to removing the call.
+        """
+        return self._gen.patched(_patch_id(patch_id))
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """The second step after :meth:`patched`: the old path is gone (no instance that
+        predates the patch may replay any more). Records a deprecated marker and never
+        branches; histories recorded by ``patched`` still replay, and once this call is
+        removed too its deprecated markers are skipped on replay."""
+        self._gen.patched(_patch_id(patch_id), deprecated=True)
 
     def continue_as_new(self, input: Any = None) -> NoReturn:
         """End this generation and start the workflow afresh with ``input``.

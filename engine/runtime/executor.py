@@ -487,7 +487,7 @@ class WorkflowExecution:
         self, ctx: WorkflowContext, started: ExecutionStarted
     ) -> Coroutine[Any, Any, Any]:
         try:
-            definition = self._registry.get_workflow(started.name, started.version)
+            definition = self._registry.recorded_workflow(started.name, started.version)
         except NotRegisteredError as exc:
             if self._journal.replaying:
                 raise

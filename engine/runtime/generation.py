@@ -27,6 +27,7 @@ from engine.core.history import (
     ExecutionStarted,
     InlineStepCompleted,
     InlineStepFailed,
+    PatchMarker,
     TagsUpserted,
 )
 from engine.core.payloads import Payload
@@ -74,6 +75,7 @@ class Generation:
         "next_task_id",
         "number",
         "orphaned",
+        "patches",
         "ready",
         "registry",
         "rng",
@@ -125,6 +127,8 @@ class Generation:
         self.custom_status: Payload | None = None
         #: The instance's tags now: the start's, with every upsert of this generation applied.
         self.tags: dict[str, str] = dict(started.tags)
+        #: The answer ``ctx.patched`` gave per patch id in this generation (asked once).
+        self.patches: dict[str, bool] = {}
 
     # --- journaling ---------------------------------------------------------------------------
 
@@ -300,6 +304,24 @@ class Generation:
         merged = merged_tags(self.tags, tags)
         recorded = self.command(TagsUpserted(dict(tags)))
         self.tags = merged if recorded is None else merged_tags(self.tags, recorded.tags)
+
+    def patched(self, patch_id: str, *, deprecated: bool = False) -> bool:
+        """``ctx.patched`` / ``ctx.deprecate_patch``: live, record a marker and answer True;
+        on replay, True only where the history recorded the marker. The first answer per
+        patch id holds for the rest of the generation, so every call site agrees."""
+        if self.closing:
+            self.refuse()
+        known = self.patches.get(patch_id)
+        if known is not None:
+            return known
+        journal = self.journal
+        if not journal.replaying:
+            journal.append(PatchMarker(patch_id, deprecated))
+            answer = True
+        else:
+            answer = journal.patch(patch_id) is not None or deprecated
+        self.patches[patch_id] = answer
+        return answer
 
     def request_continue_as_new(self, payload: Payload | None) -> None:
         if self.closing:

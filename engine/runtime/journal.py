@@ -12,6 +12,12 @@ order); an activity's name, input and attempt; an inline step's name; a child wo
 name; an event's target and name; the status an instance ends with. A timer's fire time,
 an activity's timeout, a child's input, a custom status value and upserted tags may change between
 deployments without breaking running instances (the recorded values stay in force).
+
+Patch markers (``ctx.patched``) are decisions too, but a recorded marker is looked up rather
+than demanded: :meth:`Journal.patch` consumes it when the code asks for its patch id at that
+point and answers None (the history predates the patch) otherwise. A marker the code never
+asks for is a difference like any other, unless it is *deprecated* (``ctx.deprecate_patch``):
+those are skipped, so the call can finally be removed.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from engine.core.history import (
     HistoryEvent,
     InlineStepCompleted,
     InlineStepFailed,
+    PatchMarker,
     TagsUpserted,
     TaskScheduled,
     TimerCancelled,
@@ -56,6 +63,7 @@ DECISION_TYPES: frozenset[type[EventBody]] = frozenset(
         ContinuedAsNew,
         ActivityCancelRequested,
         TagsUpserted,
+        PatchMarker,
     }
 )
 """Event kinds that workflow code decides (everything else is applied from outside)."""
@@ -111,7 +119,12 @@ _MATCHERS: dict[type[EventBody], Callable[[Any, Any], bool]] = {
     ContinuedAsNew: _always,
     ActivityCancelRequested: lambda a, b: a.task_id == b.task_id and a.attempt == b.attempt,
     TagsUpserted: _always,
+    PatchMarker: lambda a, b: a.patch_id == b.patch_id,
 }
+
+
+def _is_deprecated_marker(body: EventBody) -> bool:
+    return type(body) is PatchMarker and body.deprecated
 
 
 def _short(payload: Payload | None) -> str:
@@ -138,6 +151,13 @@ def describe(body: EventBody) -> str:
         )
     if isinstance(body, ExecutionCompleted):
         return f"{kind}(status={body.status.value})"
+    if isinstance(body, PatchMarker):
+        flag = ", deprecated" if body.deprecated else ""
+        return (
+            f"{kind}(patch_id={body.patch_id!r}{flag}), written by ctx.patched({body.patch_id!r}): "
+            f"keep that call (or ctx.deprecate_patch({body.patch_id!r})) while instances that "
+            f"recorded it may replay"
+        )
     task_id = getattr(body, "task_id", None)
     if task_id is not None:
         return f"{kind}(task_id={task_id})"
@@ -208,9 +228,39 @@ class Journal:
         self._end = end
 
     def leftover(self) -> HistoryEvent | None:
-        """The first recorded command of the replayed turn that the code did not ask for."""
+        """The first recorded command of the replayed turn that the code did not ask for
+        (deprecated patch markers may be left)."""
+        self._skip_deprecated()
         if self.replaying and self._cursor < self._end:
             return self.events[self._cursor]
+        return None
+
+    def _skip_deprecated(self) -> bool:
+        """Step over deprecated patch markers at the cursor: code that no longer calls
+        ``ctx.deprecate_patch`` may leave them. True when the cursor moved."""
+        cursor = start = self._cursor
+        events = self.events
+        while cursor < self._end and _is_deprecated_marker(events[cursor].body):
+            cursor += 1
+        self._cursor = cursor
+        return cursor != start
+
+    def patch(self, patch_id: str) -> PatchMarker | None:
+        """On replay: consume and return the recorded marker of ``patch_id`` if it comes
+        next (after deprecated markers of other patches); None when the history, at this
+        point, was recorded without the patch (nothing is consumed then)."""
+        cursor = self._cursor
+        events = self.events
+        while cursor < self._end:
+            rec = events[cursor].body
+            if type(rec) is not PatchMarker:
+                return None
+            if rec.patch_id == patch_id:
+                self._cursor = cursor + 1
+                return rec
+            if not rec.deprecated:
+                return None
+            cursor += 1
         return None
 
     def _end_sequence(self) -> int:
@@ -242,6 +292,8 @@ class Journal:
             ):
                 self._cursor = cursor + 1
                 return True
+        if self._skip_deprecated():
+            return self.match_activity(task_id, name, input, attempt)
         return False
 
     def match_timer(self, task_id: int) -> TimerCreated | None:
@@ -252,6 +304,8 @@ class Journal:
             if type(rec) is TimerCreated and rec.task_id == task_id:
                 self._cursor = cursor + 1
                 return rec
+        if self._skip_deprecated():
+            return self.match_timer(task_id)
         return None
 
     def command(self, body: B) -> B | None:
@@ -269,6 +323,8 @@ class Journal:
                 self._cursor = cursor + 1
                 result: B = rec
                 return result
+        if self._skip_deprecated():
+            return self.command(body)
         raise self.mismatch(body)
 
     def recorded_inline_step(
@@ -285,4 +341,6 @@ class Journal:
             ):
                 self._cursor = cursor + 1
                 return rec
+        if self._skip_deprecated():
+            return self.recorded_inline_step(task_id, name)
         raise self.mismatch(InlineStepCompleted(task_id, name))

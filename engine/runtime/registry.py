@@ -1,7 +1,9 @@
 """Registration of workflows and activities, and the ``@workflow`` / ``@activity`` decorators.
 
 A history names its workflow and activities by string, so the code that runs them is found
-by name (and, for workflows, version) in a :class:`Registry`. The module-level decorators
+by name (and, for workflows, version) in a :class:`Registry`. A start without a version
+runs the name's default version (:mod:`engine.runtime.versions`); a replay runs exactly the
+version its history recorded. The module-level decorators
 register into :data:`default_registry`; explicit ``Registry()`` instances keep tests and
 multi-tenant processes apart. Decorators return the function unchanged, so decorated
 functions stay plain, directly testable Python.
@@ -19,6 +21,7 @@ from engine.core.activity_info import current_activity, heartbeat, is_cancelled
 from engine.core.concurrency import check_limit
 from engine.core.errors import NotRegisteredError, RegistrationError
 from engine.core.task_queues import DEFAULT_TASK_QUEUE, check_task_queue
+from engine.runtime.versions import newest, version_key
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,6 +44,8 @@ class WorkflowDefinition:
     failure_types: tuple[type[BaseException], ...] = ()
     #: At most this many running instances per concurrency key its starts name (0: none).
     max_concurrency_per_key: int = 0
+    #: Registered with ``default=True``: starts that name no version run this one.
+    default: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +82,12 @@ def _takes_input(fn: Callable[..., Any], name: str) -> bool:
 class Registry:
     """Workflows by (name, version) and activities by name."""
 
-    __slots__ = ("_activities", "_activity_names", "_workflow_names", "_workflows")
+    __slots__ = ("_activities", "_activity_names", "_defaults", "_workflow_names", "_workflows")
 
     def __init__(self) -> None:
         self._workflows: dict[tuple[str, str], WorkflowDefinition] = {}
+        #: The version a start without one runs, per workflow name (see engine.runtime.versions).
+        self._defaults: dict[str, str] = {}
         self._activities: dict[str, ActivityDefinition] = {}
         self._workflow_names: dict[Callable[..., Any], str] = {}
         self._activity_names: dict[Callable[..., Any], str] = {}
@@ -100,6 +107,7 @@ class Registry:
         version: str = "",
         failure_types: tuple[type[BaseException], ...] = (),
         max_concurrency_per_key: int = 0,
+        default: bool = False,
     ) -> Callable[[F], F]: ...
 
     def workflow(
@@ -111,13 +119,15 @@ class Registry:
         version: str = "",
         failure_types: tuple[type[BaseException], ...] = (),
         max_concurrency_per_key: int = 0,
+        default: bool = False,
     ) -> F | Callable[[F], F]:
         """Register an ``async def`` workflow; usable bare or as ``@workflow(name=...)``.
 
         ``failure_types``: exceptions that fail the instance when they escape the code;
         other unexpected exceptions park it until fixed code is deployed (README).
         ``max_concurrency_per_key``: at most this many instances run at once per
-        ``concurrency_key`` their starts name; further starts wait, in order, as PENDING."""
+        ``concurrency_key`` their starts name; further starts wait, in order, as PENDING.
+        ``default``: starts that name no version run this version (else the newest does)."""
 
         def register(f: F) -> F:
             self.add_workflow(
@@ -126,6 +136,7 @@ class Registry:
                 version=version,
                 failure_types=failure_types,
                 max_concurrency_per_key=max_concurrency_per_key,
+                default=default,
             )
             return f
 
@@ -171,6 +182,7 @@ class Registry:
         version: str = "",
         failure_types: tuple[type[BaseException], ...] = (),
         max_concurrency_per_key: int = 0,
+        default: bool = False,
     ) -> WorkflowDefinition:
         """Register ``fn`` as a workflow (the non-decorator form)."""
         name = name or getattr(fn, "__name__", "")
@@ -189,9 +201,11 @@ class Registry:
             )
         limit = check_limit(name, max_concurrency_per_key)
         definition = WorkflowDefinition(
-            name, version, fn, _takes_input(fn, name), tuple(failure_types), limit
+            name, version, fn, _takes_input(fn, name), tuple(failure_types), limit, default
         )
+        self._check_default(definition)
         self._workflows[(name, version)] = definition
+        self._defaults[name] = self._pick_default(name)
         self._workflow_names[fn] = name
         _set_attr(fn, _WORKFLOW_ATTR, (name, version))
         return definition
@@ -230,27 +244,65 @@ class Registry:
         _set_attr(fn, _QUEUE_ATTR, queue)
         return definition
 
+    def _check_default(self, definition: WorkflowDefinition) -> None:
+        if not definition.default:
+            return
+        for (name, version), other in self._workflows.items():
+            if name == definition.name and other.default and version != definition.version:
+                raise RegistrationError(
+                    f"workflow {name!r}: versions {version!r} and {definition.version!r} are "
+                    f"both marked default=True; mark only the one that new starts should run"
+                )
+
+    def _pick_default(self, name: str) -> str:
+        versions = [d for (n, _), d in self._workflows.items() if n == name]
+        marked = [d.version for d in versions if d.default]
+        return marked[0] if marked else newest(d.version for d in versions)
+
     # --- lookups ------------------------------------------------------------------------------
 
     def get_workflow(self, name: str, version: str = "") -> WorkflowDefinition:
-        """The workflow registered as (name, version).
-
-        An empty ``version`` also finds a workflow registered under a single non-empty
-        version, so that starting "by name" works while only one version exists.
-        """
+        """The workflow a start of (name, version) runs: an empty ``version`` means the
+        name's default version (marked ``default=True``, else the newest registered)."""
+        if not version:
+            default = self._defaults.get(name)
+            if default is not None:
+                return self._workflows[(name, default)]
         found = self._workflows.get((name, version))
         if found is not None:
             return found
-        versions = sorted(v for (n, v) in self._workflows if n == name)
-        if not version and len(versions) == 1:
-            return self._workflows[(name, versions[0])]
+        raise self._not_registered(name, version)
+
+    def recorded_workflow(self, name: str, version: str) -> WorkflowDefinition:
+        """The code that replays a history whose ExecutionStarted names (name, version):
+        exactly that version; a history that names no version (written by a start that
+        was not resolved) runs the default version."""
+        found = self._workflows.get((name, version))
+        if found is not None:
+            return found
+        return self.get_workflow(name, version)
+
+    def start_version(self, name: str, version: str = "") -> str:
+        """The version a start of (name, version) runs, as history and status record it:
+        ``version`` itself, or for an empty one the name's default (an unknown workflow
+        keeps what the start said: running it fails and says why)."""
+        if version:
+            return version
+        return self._defaults.get(name, version)
+
+    def default_version(self, name: str) -> str | None:
+        """The version a start of ``name`` without a version runs (None: not registered)."""
+        return self._defaults.get(name)
+
+    def _not_registered(self, name: str, version: str) -> NotRegisteredError:
+        versions = sorted((v for (n, v) in self._workflows if n == name), key=version_key)
         if versions:
-            raise NotRegisteredError(
+            return NotRegisteredError(
                 f"workflow {name!r} has no version {version!r} here (registered versions: "
                 f"{', '.join(repr(v) for v in versions)}); deploy code that registers it"
             )
         known = ", ".join(sorted({n for (n, _) in self._workflows})) or "none"
-        raise NotRegisteredError(
+        return NotRegisteredError(
             f"no workflow named {name!r} is registered in this process (known: {known}); "
             f"import the module that defines it before starting the processor"
         )
@@ -343,6 +395,7 @@ def workflow(
     version: str = "",
     failure_types: tuple[type[BaseException], ...] = (),
     max_concurrency_per_key: int = 0,
+    default: bool = False,
 ) -> Callable[[F], F]: ...
 
 
@@ -354,6 +407,7 @@ def workflow(
     version: str = "",
     failure_types: tuple[type[BaseException], ...] = (),
     max_concurrency_per_key: int = 0,
+    default: bool = False,
 ) -> F | Callable[[F], F]:
     """Register an ``async def wf(ctx, input)`` workflow in :data:`default_registry`."""
     if fn is not None:
@@ -363,6 +417,7 @@ def workflow(
         version=version,
         failure_types=failure_types,
         max_concurrency_per_key=max_concurrency_per_key,
+        default=default,
     )
 
 

@@ -47,6 +47,7 @@ from engine.runtime.jsonhistory import failure_to_json
 from engine.runtime.registry import Registry, default_registry
 from engine.services.listing import InstanceFilter, InstancePage, PageCollector
 from engine.services.outcomes import OutcomeWaiters, raise_for_refusal
+from engine.services.versions import VersionCount, count_versions
 
 __all__ = [
     "RETRY_REASON",
@@ -349,12 +350,15 @@ def list_filter(
     *,
     status: RuntimeStatus | Iterable[RuntimeStatus] | None = None,
     name: str | None = None,
+    version: str | None = None,
     tags: dict[str, str] | None = None,
     created_after: datetime | None = None,
 ) -> InstanceFilter:
     """The list filter from the client's keyword arguments."""
     after = None if created_after is None else _epoch_ms(created_after)
-    return InstanceFilter.of(status=status, name=name, tags=tags, created_after_ms=after)
+    return InstanceFilter.of(
+        status=status, name=name, version=version, tags=tags, created_after_ms=after
+    )
 
 
 def _epoch_ms(when: datetime) -> int:
@@ -577,11 +581,15 @@ class WorkflowClient:
         name: str | None = None,
         created_after: datetime | None = None,
         tags: dict[str, str] | None = None,
+        version: str | None = None,
     ) -> list[InstanceStatus]:
-        """Known instances filtered by status, workflow name, tags (every pair) and
-        creation time (at or after), newest first: the whole list (``list_page`` pages)."""
+        """Known instances filtered by status, workflow name, the workflow version they run,
+        tags (every pair) and creation time (at or after), newest first: the whole list
+        (``list_page`` pages)."""
         self.view.wait_ready(self.ready_timeout_s)
-        wanted = list_filter(status=status, name=name, tags=tags, created_after=created_after)
+        wanted = list_filter(
+            status=status, name=name, version=version, tags=tags, created_after=created_after
+        )
         found = [s for s in self.view.snapshot() if wanted.matches(s)]
         return sorted(found, key=lambda s: (s.created_ms, s.instance_id), reverse=True)
 
@@ -589,6 +597,11 @@ class WorkflowClient:
         """One page from the live view (which this client holds anyway)."""
         self.view.wait_ready(self.ready_timeout_s)
         return collector.add_all(self.view.snapshot()).page()
+
+    def versions(self, name: str | None = None) -> list[VersionCount]:
+        """Instances per workflow version, open and ended (``turnstile versions``)."""
+        self.view.wait_ready(self.ready_timeout_s)
+        return count_versions(self.view.snapshot(), name)
 
     def future(self, instance_id: str, predicate: StatusPredicate) -> Future[InstanceStatus]:
         """A future for the first status satisfying ``predicate`` (no thread per wait)."""

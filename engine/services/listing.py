@@ -64,6 +64,7 @@ class InstanceFilter:
         *,
         status: RuntimeStatus | Iterable[RuntimeStatus] | None = None,
         name: str | None = None,
+        version: str | None = None,
         tags: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
         created_after_ms: int | None = None,
     ) -> InstanceFilter:
@@ -73,6 +74,7 @@ class InstanceFilter:
         return cls(
             statuses=frozenset(statuses),
             name=name or "",
+            version=version or "",
             tags=tuple(sorted((str(k), str(v)) for k, v in pairs)),
             created_after_ms=created_after_ms,
         )

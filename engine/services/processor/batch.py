@@ -14,7 +14,6 @@ from dataclasses import replace
 from engine.codec import decode_history, encode_message, instance_key
 from engine.core.errors import TurnstileError
 from engine.core.failure import FailureDetails
-from engine.core.history import RuntimeStatus
 from engine.core.instance_row import InstanceRow
 from engine.core.limits import fit_status
 from engine.core.messages import Message
@@ -28,7 +27,14 @@ from engine.services.processor.poison import (
     turn_error,
 )
 from engine.services.processor.ports import Headers, OutRecord
-from engine.services.processor.state import Counters, Environment, InstanceCache, Loaded
+from engine.services.processor.state import (
+    Counters,
+    Environment,
+    InstanceCache,
+    Loaded,
+    Standing,
+    standing,
+)
 from engine.services.processor.tables import Tables
 from engine.services.records import RawRecord
 from engine.services.tracing import SpanRecord
@@ -66,11 +72,11 @@ class Batch:
         self.current: RawRecord | None = None
         #: Each touched instance's status when the batch first loaded it, and the ids whose
         #: row it removed: what :attr:`status_moves` is computed from when the batch closes.
-        self._status_before: dict[str, RuntimeStatus | None] = {}
+        self._status_before: dict[str, Standing] = {}
         self._removed: set[str] = set()
-        #: (status before, status after) of every instance whose status the batch changed
-        #: (None: no row), filled when the batch is closed.
-        self.status_moves: list[tuple[RuntimeStatus | None, RuntimeStatus | None]] = []
+        #: (standing before, standing after) of every instance whose status, workflow or
+        #: version the batch changed (None: no row), filled when the batch is closed.
+        self.status_moves: list[tuple[Standing, Standing]] = []
         #: The instance whose handling or turn is producing records right now ('' for none):
         #: every output record names it, so a record the broker refuses fails it alone.
         self.origin = ""
@@ -103,7 +109,7 @@ class Batch:
         else:
             self.counters.cache_hits += 1
         self.touched[instance_id] = item
-        self._status_before[instance_id] = item.meta.status
+        self._status_before[instance_id] = standing(item.meta)
         return item
 
     def execution(self, item: Loaded) -> WorkflowExecution:
@@ -199,12 +205,12 @@ class Batch:
         self.origin = ""
         self.closed = True
 
-    def _status_moves(self) -> list[tuple[RuntimeStatus | None, RuntimeStatus | None]]:
+    def _status_moves(self) -> list[tuple[Standing, Standing]]:
         moves = []
         for instance_id, before in self._status_before.items():
             gone = instance_id in self._removed and instance_id not in self._dirty
-            after = None if gone else self.touched[instance_id].meta.status
-            if after is not before:
+            after = None if gone else standing(self.touched[instance_id].meta)
+            if after != before:
                 moves.append((before, after))
         return moves
 

@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from engine.core.concurrency import SLOTS_PREFIX
-from engine.core.errors import PayloadTooLargeError, TurnstileError
+from engine.core.errors import PayloadTooLargeError
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.history import (
     ChildWorkflowCompleted,
@@ -171,7 +171,8 @@ def _schedule_start(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> 
     if meta.exists:
         meta.generation += 1
     meta.status = RuntimeStatus.PENDING
-    meta.name, meta.version, meta.input = msg.name, msg.version, msg.input
+    meta.name, meta.input = msg.name, msg.input
+    meta.version = b.env.registry.start_version(msg.name, msg.version)  # re-resolved at start
     meta.request_id = msg.request_id
     meta.created_ms = meta.last_updated_ms = now_ms
     meta.scheduled_start = msg
@@ -214,22 +215,13 @@ def begin(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
         generation=meta.generation,
         max_turn_events=b.env.turn_max_events,
     )
-    meta.version = _resolved_version(b, msg)
+    meta.version = b.env.registry.start_version(msg.name, msg.version)
     traceparent = spans.start_traceparent(b, meta.instance_id, meta.generation)
     item.inbox = [Inbound(_started(msg, meta.version, traceparent))]
     for event in pending.unexpired(b, meta, now_ms):
         item.inbox.append(Inbound(EventRaised(event.name, event.input)))
     meta.pending_events = []
     b.save(meta)
-
-
-def _resolved_version(b: Batch, msg: StartWorkflow) -> str:
-    """The version the registry picks for the start (an empty version finds the only one),
-    so that history and status say which code ran."""
-    try:
-        return b.env.registry.get_workflow(msg.name, msg.version).version
-    except TurnstileError:
-        return msg.version  # unknown workflow: the runtime fails the instance and says why
 
 
 def _started(msg: StartWorkflow, version: str, traceparent: str) -> ExecutionStarted:

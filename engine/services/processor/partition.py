@@ -45,6 +45,7 @@ from engine.services.processor.state import (
     InstanceCache,
     Loaded,
     StatusCounts,
+    standing,
 )
 from engine.services.processor.tables import Tables
 from engine.services.records import RawRecord
@@ -136,7 +137,7 @@ class PartitionProcessor:
         then on every commit keeps :attr:`statuses` up to date."""
         end = bytes([keys.META[0] + 1])
         rows = self.tables.scan(keys.META, end)
-        self.statuses = StatusCounts(decode_meta(raw).status for _, raw in rows)
+        self.statuses = StatusCounts(standing(decode_meta(raw)) for _, raw in rows)
         return self.statuses
 
     def next_timer_ms(self) -> int | None:

@@ -46,7 +46,8 @@ def wait_for_slot(b: Batch, item: Loaded, msg: StartWorkflow, limit: int, now_ms
     if meta.exists and meta.status is not RuntimeStatus.PENDING:
         meta.generation += 1
     meta.status = RuntimeStatus.PENDING
-    meta.name, meta.version, meta.input = msg.name, msg.version, msg.input
+    meta.name, meta.input = msg.name, msg.input
+    meta.version = b.env.registry.start_version(msg.name, msg.version)  # re-resolved at start
     meta.output = meta.failure = meta.custom_status = None
     meta.request_id = msg.request_id
     meta.created_ms = meta.last_updated_ms = now_ms

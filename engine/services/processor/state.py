@@ -122,26 +122,55 @@ def _tally(counts: dict[K, int], key: K) -> None:
     counts[key] = counts.get(key, 0) + 1
 
 
+#: What the instance counts of a partition know of one instance: its status, workflow name
+#: and version (None: no row).
+Standing = tuple[RuntimeStatus, str, str] | None
+
+#: Statuses whose instances still run their version's code (they count per version).
+_OPEN = frozenset({RuntimeStatus.PENDING, RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED})
+
+
+def standing(meta: InstanceRow) -> Standing:
+    """The instance row's entry in :class:`StatusCounts`."""
+    return None if meta.status is None else (meta.status, meta.name, meta.version)
+
+
 class StatusCounts:
-    """One partition's committed instances per status (a metrics gauge): counted once,
-    then moved by every committed batch's status changes."""
+    """One partition's committed instances per status, and its open instances (PENDING,
+    RUNNING, SUSPENDED) per workflow name and version (metrics gauges): counted once, then
+    moved by every committed batch's changes."""
 
-    def __init__(self, statuses: Iterable[RuntimeStatus | None]) -> None:
+    def __init__(self, standings: Iterable[Standing]) -> None:
         self._counts: dict[RuntimeStatus, int] = {}
-        for status in statuses:
-            if status is not None:
-                _tally(self._counts, status)
+        self._versions: dict[tuple[str, str], int] = {}
+        for entry in standings:
+            self._add(entry, 1)
 
-    def move(self, moves: Iterable[tuple[RuntimeStatus | None, RuntimeStatus | None]]) -> None:
+    def _add(self, entry: Standing, n: int) -> None:
+        if entry is None:
+            return
+        status, name, version = entry
+        self._counts[status] = self._counts.get(status, 0) + n
+        if status in _OPEN:
+            key = (name, version)
+            left = self._versions.get(key, 0) + n
+            if left:
+                self._versions[key] = left
+            else:
+                del self._versions[key]  # a version no instance runs leaves the gauge
+
+    def move(self, moves: Iterable[tuple[Standing, Standing]]) -> None:
         for before, after in moves:
-            if before is not None:
-                self._counts[before] = self._counts.get(before, 0) - 1
-            if after is not None:
-                _tally(self._counts, after)
+            self._add(before, -1)
+            self._add(after, 1)
 
     def snapshot(self) -> dict[RuntimeStatus, int]:
         """A copy (safe to read from another thread while the loop moves the counts)."""
         return dict(self._counts)
+
+    def versions(self) -> dict[tuple[str, str], int]:
+        """Open instances per (workflow name, version), a copy."""
+        return dict(self._versions)
 
 
 #: An open activity attempt: generation, attempt number, task queue.

@@ -28,6 +28,7 @@ from engine.core.history import (
     InlineStepCompleted,
     InlineStepFailed,
     ParentClosePolicy,
+    PatchMarker,
     RuntimeStatus,
     TagsUpserted,
     TaskCompleted,
@@ -67,6 +68,7 @@ BODIES = [
     ActivityCancelRequested(4, 2),
     ExecutionCancelRequested("parent closed"),
     TagsUpserted({"customer": "c-42", "tier": ""}),
+    PatchMarker("fix-42", deprecated=True),
 ]
 
 

@@ -44,20 +44,58 @@ def test_explicit_names_and_versions() -> None:
     assert reg.get_activity("payments.charge").is_async
 
 
-def test_several_versions_need_an_explicit_one() -> None:
+async def _v1(ctx: WorkflowContext, value: int) -> int:
+    return 1
+
+
+async def _v2(ctx: WorkflowContext, value: int) -> int:
+    return 2
+
+
+async def _v10(ctx: WorkflowContext, value: int) -> int:
+    return 10
+
+
+def test_a_start_without_a_version_runs_the_newest() -> None:
     reg = Registry()
+    reg.add_workflow(_v2, name="wf", version="2")
+    reg.add_workflow(_v10, name="wf", version="10")  # numbers compare as numbers
+    reg.add_workflow(_v1, name="wf", version="1")
+    assert reg.get_workflow("wf", "2").fn is _v2
+    assert reg.get_workflow("wf").fn is _v10
+    assert reg.default_version("wf") == "10"
+    assert reg.default_version("other") is None
+    with pytest.raises(NotRegisteredError, match="registered versions: '1', '2', '10'"):
+        reg.get_workflow("wf", "3")
 
-    async def v1(ctx: WorkflowContext, value: int) -> int:
-        return 1
 
-    async def v2(ctx: WorkflowContext, value: int) -> int:
-        return 2
+def test_a_version_marked_default_wins_over_newer_ones() -> None:
+    reg = Registry()
+    reg.add_workflow(_v1, name="wf", version="1", default=True)
+    reg.add_workflow(_v2, name="wf", version="2")  # deployed, not yet the default
+    assert reg.get_workflow("wf").fn is _v1
+    with pytest.raises(RegistrationError, match="both marked default=True"):
+        reg.add_workflow(_v10, name="wf", version="10", default=True)
+    assert reg.get_workflow("wf").fn is _v1
 
-    reg.add_workflow(v1, name="wf", version="1")
-    reg.add_workflow(v2, name="wf", version="2")
-    assert reg.get_workflow("wf", "2").fn is v2
-    with pytest.raises(NotRegisteredError, match="registered versions: '1', '2'"):
-        reg.get_workflow("wf")
+
+def test_an_unversioned_registration_is_the_oldest_but_replays_exactly() -> None:
+    reg = Registry()
+    reg.add_workflow(_v1, name="wf")
+    assert reg.get_workflow("wf").fn is _v1
+    reg.add_workflow(_v2, name="wf", version="2")
+    assert reg.get_workflow("wf").fn is _v2  # new starts run version 2
+    assert reg.recorded_workflow("wf", "").fn is _v1  # histories recorded with "" stay on it
+    assert reg.recorded_workflow("wf", "2").fn is _v2
+
+
+def test_a_history_naming_no_version_replays_with_the_default() -> None:
+    reg = Registry()
+    reg.add_workflow(_v1, name="wf", version="1")
+    reg.add_workflow(_v2, name="wf", version="2")
+    assert reg.recorded_workflow("wf", "").fn is _v2
+    with pytest.raises(NotRegisteredError, match="no version '7'"):
+        reg.recorded_workflow("wf", "7")
 
 
 def test_duplicate_names_are_rejected_with_advice() -> None:
