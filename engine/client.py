@@ -40,6 +40,7 @@ from engine.core.typed import convert, return_type
 from engine.runtime.registry import Registry
 from engine.services.client import RETRY_REASON, InstanceState, StatusView, WorkflowClient
 from engine.services.outcomes import OutcomeWaiters
+from engine.services.schedule_client import ScheduleClient, ScheduleMethods
 
 __all__ = [
     "AsyncClient",
@@ -58,8 +59,11 @@ def _state(status: InstanceStatus | None) -> InstanceState | None:
     return None if status is None else InstanceState(status)
 
 
-class Client:
-    """A connection to one engine namespace; thread-safe, meant to be shared and closed."""
+class Client(ScheduleMethods):
+    """A connection to one engine namespace; thread-safe, meant to be shared and closed.
+
+    Schedules: ``create_schedule``, ``pause_schedule``, ``resume_schedule``,
+    ``delete_schedule``, ``trigger_schedule``, ``describe_schedule``, ``list_schedules``."""
 
     def __init__(
         self,
@@ -310,6 +314,9 @@ class Client:
         It is sent as a resume: a suspended instance resumes, one neither parked nor
         suspended refuses it (InstanceNotSuspendedError)."""
         return self._service.resume(instance_id, RETRY_REASON, request_id=request_id, wait=wait)
+
+    def _schedule_client(self) -> ScheduleClient:
+        return ScheduleClient(self._start_reader())
 
     # --- reads ------------------------------------------------------------------------------
 

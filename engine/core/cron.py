@@ -120,9 +120,7 @@ def _field(text: str, part: str, spec: tuple[str, int, int, tuple[str, ...]]) ->
     return frozenset(allowed)
 
 
-def _item(
-    text: str, item: str, name: str, low: int, high: int, names: tuple[str, ...]
-) -> set[int]:
+def _item(text: str, item: str, name: str, low: int, high: int, names: tuple[str, ...]) -> set[int]:
     base, _, step_text = item.partition("/")
     step = 1
     if step_text:

@@ -237,3 +237,18 @@ def describe(name: str, state: ScheduleState) -> dict[str, object]:
         "last_slot_ms": state.last_slot_ms,
         "last_run_id": state.last_run_id,
     }
+
+
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
+
+
+def parse_duration(text: str, what: str) -> int:
+    """``30s``, ``5m``, ``1h``, ``2d``, ``500ms`` in ms; a clear error otherwise."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise ScheduleSpecError(
+            f"{what} {text!r} is not a duration: write a whole number and a unit, e.g. "
+            f"30s, 5m, 1h, 2d or 500ms"
+        )
+    return int(match.group(1)) * _UNITS_MS[match.group(2)]

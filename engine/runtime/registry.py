@@ -13,6 +13,7 @@ import contextlib
 import inspect
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar, overload
 
 from engine.core.activity_info import current_activity, heartbeat, is_cancelled
@@ -41,6 +42,9 @@ class WorkflowDefinition:
     failure_types: tuple[type[BaseException], ...] = ()
     #: At most this many running instances per concurrency key its starts name (0: none).
     max_concurrency_per_key: int = 0
+    #: Finished instances are purged this long after they end (0: the namespace's
+    #: ``retention_ms`` setting decides).
+    retention_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,19 @@ class ActivityDefinition:
     task_queue: str = DEFAULT_TASK_QUEUE
     #: At most this many attempts at once on each worker (0: only the worker's limit).
     max_concurrency: int = 0
+
+
+def _retention_ms(name: str, retention: timedelta | float | None) -> int:
+    """``@workflow(retention=...)`` in ms: a timedelta or seconds, > 0 (None: not set)."""
+    if retention is None:
+        return 0
+    seconds = retention.total_seconds() if isinstance(retention, timedelta) else retention
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+        raise RegistrationError(
+            f"retention of workflow {name!r} must be a timedelta or a number of seconds "
+            f"> 0, got {retention!r}; leave it out to use the namespace's retention_ms"
+        )
+    return max(1, int(seconds * 1000))
 
 
 def _describe(fn: Callable[..., Any]) -> str:
@@ -100,6 +117,7 @@ class Registry:
         version: str = "",
         failure_types: tuple[type[BaseException], ...] = (),
         max_concurrency_per_key: int = 0,
+        retention: timedelta | float | None = None,
     ) -> Callable[[F], F]: ...
 
     def workflow(
@@ -111,13 +129,16 @@ class Registry:
         version: str = "",
         failure_types: tuple[type[BaseException], ...] = (),
         max_concurrency_per_key: int = 0,
+        retention: timedelta | float | None = None,
     ) -> F | Callable[[F], F]:
         """Register an ``async def`` workflow; usable bare or as ``@workflow(name=...)``.
 
         ``failure_types``: exceptions that fail the instance when they escape the code;
         other unexpected exceptions park it until fixed code is deployed (README).
         ``max_concurrency_per_key``: at most this many instances run at once per
-        ``concurrency_key`` their starts name; further starts wait, in order, as PENDING."""
+        ``concurrency_key`` their starts name; further starts wait, in order, as PENDING.
+        ``retention`` (a timedelta or seconds): the processor purges a finished instance
+        this long after it ended (overrides the namespace's ``retention_ms``)."""
 
         def register(f: F) -> F:
             self.add_workflow(
@@ -126,6 +147,7 @@ class Registry:
                 version=version,
                 failure_types=failure_types,
                 max_concurrency_per_key=max_concurrency_per_key,
+                retention=retention,
             )
             return f
 
@@ -171,6 +193,7 @@ class Registry:
         version: str = "",
         failure_types: tuple[type[BaseException], ...] = (),
         max_concurrency_per_key: int = 0,
+        retention: timedelta | float | None = None,
     ) -> WorkflowDefinition:
         """Register ``fn`` as a workflow (the non-decorator form)."""
         name = name or getattr(fn, "__name__", "")
@@ -189,7 +212,13 @@ class Registry:
             )
         limit = check_limit(name, max_concurrency_per_key)
         definition = WorkflowDefinition(
-            name, version, fn, _takes_input(fn, name), tuple(failure_types), limit
+            name,
+            version,
+            fn,
+            _takes_input(fn, name),
+            tuple(failure_types),
+            limit,
+            _retention_ms(name, retention),
         )
         self._workflows[(name, version)] = definition
         self._workflow_names[fn] = name
@@ -343,6 +372,7 @@ def workflow(
     version: str = "",
     failure_types: tuple[type[BaseException], ...] = (),
     max_concurrency_per_key: int = 0,
+    retention: timedelta | float | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -354,6 +384,7 @@ def workflow(
     version: str = "",
     failure_types: tuple[type[BaseException], ...] = (),
     max_concurrency_per_key: int = 0,
+    retention: timedelta | float | None = None,
 ) -> F | Callable[[F], F]:
     """Register an ``async def wf(ctx, input)`` workflow in :data:`default_registry`."""
     if fn is not None:
@@ -363,6 +394,7 @@ def workflow(
         version=version,
         failure_types=failure_types,
         max_concurrency_per_key=max_concurrency_per_key,
+        retention=retention,
     )
 
 

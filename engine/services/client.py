@@ -350,6 +350,10 @@ def _request_id(given: str | None) -> str:
     return given or uuid.uuid4().hex
 
 
+#: Ids of the engine's own rows (schedules): not instances, so never listed as such.
+ENGINE_ROW_PREFIX = "~"
+
+
 class WorkflowClient:
     """Starts and controls instances through commands; reads them from the status view.
 
@@ -569,7 +573,8 @@ class WorkflowClient:
         found = [
             s
             for s in self.view.snapshot()
-            if (not wanted or s.status in wanted)
+            if not s.instance_id.startswith(ENGINE_ROW_PREFIX)
+            and (not wanted or s.status in wanted)
             and (name is None or s.name == name)
             and (after is None or s.created_ms > after)
         ]

@@ -142,6 +142,16 @@ class Batch:
         self.tables.delete_meta(meta.instance_id)
         self.emit(self.env.topics.status, meta.instance_id.encode(), None, self.partition)
 
+    def ended(self) -> list[Loaded]:
+        """The instances that ended in this batch (their status became terminal)."""
+        found = []
+        for instance_id, before in self._status_before.items():
+            item = self.touched[instance_id]
+            after = item.meta.status
+            if after is not None and after.is_terminal and not (before and before.is_terminal):
+                found.append(item)
+        return found
+
     # --- output ---------------------------------------------------------------------------
 
     def emit(
@@ -214,7 +224,7 @@ class Batch:
         instance alone."""
         try:
             self.tables.put_meta(meta)
-            if not meta.exists:
+            if not meta.exists and meta.schedule is None:  # a schedule's row has a status
                 return None
             return encode_message(fit_status(meta.to_status(), self.env.limits.record))
         except Exception as exc:
