@@ -124,7 +124,12 @@ def _item(text: str, item: str, name: str, low: int, high: int, names: tuple[str
     base, _, step_text = item.partition("/")
     step = 1
     if step_text:
-        step = _number(text, step_text, name, 1, high - low + 1, ())
+        if not step_text.isdigit() or not 1 <= int(step_text) <= high - low + 1:
+            raise ScheduleSpecError(
+                f"cron expression {text!r}: the step {step_text!r} of the {name} field must "
+                f"be a whole number from 1 to {high - low + 1}"
+            )
+        step = int(step_text)
     if base == "*":
         first, last = low, high
     elif "-" in base:
