@@ -67,6 +67,7 @@ class Batch:
         #: Each touched instance's status when the batch first loaded it, and the ids whose
         #: row it removed: what :attr:`status_moves` is computed from when the batch closes.
         self._status_before: dict[str, RuntimeStatus | None] = {}
+        self._generation_before: dict[str, int] = {}
         self._removed: set[str] = set()
         #: (status before, status after) of every instance whose status the batch changed
         #: (None: no row), filled when the batch is closed.
@@ -104,6 +105,7 @@ class Batch:
             self.counters.cache_hits += 1
         self.touched[instance_id] = item
         self._status_before[instance_id] = item.meta.status
+        self._generation_before[instance_id] = item.meta.generation
         return item
 
     def execution(self, item: Loaded) -> WorkflowExecution:
@@ -143,12 +145,16 @@ class Batch:
         self.emit(self.env.topics.status, meta.instance_id.encode(), None, self.partition)
 
     def ended(self) -> list[Loaded]:
-        """The instances that ended in this batch (their status became terminal)."""
+        """The runs that ended in this batch: their status became terminal, or a new run
+        began and ended in it (the generation moved on)."""
         found = []
         for instance_id, before in self._status_before.items():
             item = self.touched[instance_id]
             after = item.meta.status
-            if after is not None and after.is_terminal and not (before and before.is_terminal):
+            if after is None or not after.is_terminal:
+                continue
+            new_run = item.meta.generation != self._generation_before[instance_id]
+            if new_run or not (before and before.is_terminal):
                 found.append(item)
         return found
 

@@ -59,3 +59,17 @@ def test_the_namespace_retention_and_a_new_run_under_the_id() -> None:
 def test_a_bad_retention_is_a_registration_error() -> None:
     with pytest.raises(RegistrationError, match="retention of workflow 'x'"):
         Registry().workflow(name="x", retention=-5)(plain)
+
+
+def test_a_new_run_that_ends_in_the_same_batch_gets_its_own_timer() -> None:
+    with TestEngine(registry, settings=Settings(retention_ms=60_000)) as env:
+        env.start("plain", 1, instance_id="d")
+        env.run()
+        env.advance(timedelta(seconds=30))
+        env.start("plain", 2, instance_id="d")  # ends in the batch that starts it
+        env.run()
+        env.advance(timedelta(seconds=40))  # the first run's timer: stale, dropped
+        state = env.get("d")
+        assert state is not None and state.output == 2
+        env.advance(timedelta(seconds=30))
+        assert env.get("d") is None
