@@ -550,6 +550,32 @@ class AsyncClient:
     async def retry(self, instance_id: str, **options: Any) -> CommandOutcome | None:
         return await asyncio.to_thread(self.sync.retry, instance_id, **options)
 
+    async def create_schedule(
+        self, name: str, workflow: Any, input: Any = None, **options: Any
+    ) -> CommandOutcome | None:
+        """As :meth:`Client.create_schedule` (and so on for the other schedule methods)."""
+        return await asyncio.to_thread(self.sync.create_schedule, name, workflow, input, **options)
+
+    async def pause_schedule(
+        self, name: str, reason: str = "", **options: Any
+    ) -> CommandOutcome | None:
+        return await asyncio.to_thread(self.sync.pause_schedule, name, reason, **options)
+
+    async def resume_schedule(self, name: str, **options: Any) -> CommandOutcome | None:
+        return await asyncio.to_thread(self.sync.resume_schedule, name, **options)
+
+    async def delete_schedule(self, name: str, **options: Any) -> CommandOutcome | None:
+        return await asyncio.to_thread(self.sync.delete_schedule, name, **options)
+
+    async def trigger_schedule(self, name: str, **options: Any) -> CommandOutcome | None:
+        return await asyncio.to_thread(self.sync.trigger_schedule, name, **options)
+
+    async def describe_schedule(self, name: str) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self.sync.describe_schedule, name)
+
+    async def list_schedules(self) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.sync.list_schedules)
+
     async def get(self, instance_id: str) -> InstanceState | None:
         return await asyncio.to_thread(self.sync.get, instance_id)
 
