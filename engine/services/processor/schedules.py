@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engine.core.errors import ScheduleSpecError
+from engine.core.errors import PayloadTooLargeError, ScheduleSpecError
 from engine.core.instance_row import InstanceRow
 from engine.core.messages import ChildResult, IdReusePolicy, ScheduleCommand, StartWorkflow
 from engine.core.schedules import (
@@ -74,7 +74,8 @@ def _create(b: Batch, item: Loaded, msg: ScheduleCommand, now_ms: int) -> Verdic
         if msg.spec is None:
             raise ScheduleSpecError("a CREATE needs the schedule's spec")
         spec = check_spec(msg.spec)
-    except ScheduleSpecError as exc:
+        b.env.limits.check("workflow_input", f"the input of schedule {name!r}", spec.input)
+    except (ScheduleSpecError, PayloadTooLargeError) as exc:
         return refused("ScheduleDefinitionError", str(exc))
     state = ScheduleState(spec=spec, created_ms=now_ms)
     meta.schedule = state

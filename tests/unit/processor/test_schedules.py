@@ -259,3 +259,12 @@ def test_the_schedule_survives_a_restart_and_a_takeover(env: TestEngine) -> None
     assert (
         described["started"] + described["skipped_overlap"] + bool(described["buffered_ms"]) == 8
     )  # slots 0..7
+
+
+def test_an_input_over_the_workflow_input_limit_is_refused() -> None:
+    from engine.config.settings import Settings
+
+    with TestEngine(registry, settings=Settings(max_workflow_input_bytes=100)) as small:
+        with pytest.raises(ScheduleDefinitionError, match="max_workflow_input_bytes"):
+            small.create_schedule("big", "report", "x" * 200, every="1m")
+        assert small.describe_schedule("big") is None
