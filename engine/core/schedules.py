@@ -30,6 +30,8 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 #: (an every-minute cron after a year of downtime would otherwise take a while).
 MAX_SLOTS_PER_FIRE = 10_000
 DEFAULT_CATCH_UP_WINDOW_MS = 3600 * 1000
+#: Running runs a description names (the newest; ``running_count`` counts them all).
+_DESCRIBED_RUNS = 100
 
 
 class OverlapPolicy(StrEnum):
@@ -229,7 +231,8 @@ def describe(name: str, state: ScheduleState) -> dict[str, object]:
         "note": state.note,
         "created_ms": state.created_ms,
         "next_fire_ms": state.next_fire_ms,
-        "running": list(state.running),
+        "running": state.running[-_DESCRIBED_RUNS:],  # the status record stays small
+        "running_count": len(state.running),
         "buffered_ms": state.buffered_ms,
         "started": state.started,
         "skipped_overlap": state.skipped_overlap,
