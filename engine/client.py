@@ -51,6 +51,7 @@ from engine.services.client import (
 )
 from engine.services.listing import DEFAULT_PAGE, InstancePage, PageCollector
 from engine.services.outcomes import OutcomeWaiters
+from engine.services.schedule_client import ScheduleClient, ScheduleMethods
 from engine.services.versions import VersionCount
 
 __all__ = [
@@ -71,8 +72,11 @@ def _state(status: InstanceStatus | None) -> InstanceState | None:
     return None if status is None else InstanceState(status)
 
 
-class Client:
-    """A connection to one engine namespace; thread-safe, meant to be shared and closed."""
+class Client(ScheduleMethods):
+    """A connection to one engine namespace; thread-safe, meant to be shared and closed.
+
+    Schedules: ``create_schedule``, ``pause_schedule``, ``resume_schedule``,
+    ``delete_schedule``, ``trigger_schedule``, ``describe_schedule``, ``list_schedules``."""
 
     def __init__(
         self,
@@ -323,6 +327,9 @@ class Client:
         It is sent as a resume: a suspended instance resumes, one neither parked nor
         suspended refuses it (InstanceNotSuspendedError)."""
         return self._service.resume(instance_id, RETRY_REASON, request_id=request_id, wait=wait)
+
+    def _schedule_client(self) -> ScheduleClient:
+        return ScheduleClient(self._start_reader())
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -595,6 +602,32 @@ class AsyncClient:
 
     async def retry(self, instance_id: str, **options: Any) -> CommandOutcome | None:
         return await asyncio.to_thread(self.sync.retry, instance_id, **options)
+
+    async def create_schedule(
+        self, name: str, workflow: Any, input: Any = None, **options: Any
+    ) -> CommandOutcome | None:
+        """As :meth:`Client.create_schedule` (and so on for the other schedule methods)."""
+        return await asyncio.to_thread(self.sync.create_schedule, name, workflow, input, **options)
+
+    async def pause_schedule(
+        self, name: str, reason: str = "", **options: Any
+    ) -> CommandOutcome | None:
+        return await asyncio.to_thread(self.sync.pause_schedule, name, reason, **options)
+
+    async def resume_schedule(self, name: str, **options: Any) -> CommandOutcome | None:
+        return await asyncio.to_thread(self.sync.resume_schedule, name, **options)
+
+    async def delete_schedule(self, name: str, **options: Any) -> CommandOutcome | None:
+        return await asyncio.to_thread(self.sync.delete_schedule, name, **options)
+
+    async def trigger_schedule(self, name: str, **options: Any) -> CommandOutcome | None:
+        return await asyncio.to_thread(self.sync.trigger_schedule, name, **options)
+
+    async def describe_schedule(self, name: str) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self.sync.describe_schedule, name)
+
+    async def list_schedules(self) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.sync.list_schedules)
 
     async def get(self, instance_id: str) -> InstanceState | None:
         return await asyncio.to_thread(self.sync.get, instance_id)

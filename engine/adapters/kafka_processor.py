@@ -159,6 +159,7 @@ class ProcessorRunner:
             pending_events_ttl_ms=settings.pending_events_ttl_ms,
             dedup_window=settings.dedup_window,
             dedup_window_ms=settings.dedup_window_ms,
+            retention_ms=settings.retention_ms,
             park_workflow_errors=settings.park_workflow_errors,
             # the cache budget is per replica; each partition gets its share
             cache_capacity=max(100, settings.cache_instances // max(1, settings.partitions)),

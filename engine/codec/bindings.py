@@ -40,6 +40,7 @@ from engine.core.messages import (
     SlotOp,
 )
 from engine.core.payloads import Payload
+from engine.core.schedules import OverlapPolicy, ScheduleOp, ScheduleSpec, ScheduleState
 
 Schema = Any
 """A parsed Avro schema node: a type name, a dict or a list (union), as fastavro gives it."""
@@ -70,6 +71,8 @@ _PLAIN_RECORDS: dict[str, type] = {
         RunningChild,
         ConcurrencySlots,
         SlotHolder,
+        ScheduleSpec,
+        ScheduleState,
     )
 }
 _COMMAND_BODIES: dict[str, type] = {cls.__name__: cls for cls in COMMAND_BODY_TYPES}
@@ -79,6 +82,8 @@ _ENUMS: dict[str, type[Enum]] = {
     "CommandResult": CommandResult,
     "ParentClosePolicy": ParentClosePolicy,
     "SlotOp": SlotOp,
+    "OverlapPolicy": OverlapPolicy,
+    "ScheduleOp": ScheduleOp,
 }
 
 #: The Command envelope: its ``instance_id`` is lifted into the body, which is the message.

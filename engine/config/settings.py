@@ -61,6 +61,9 @@ class Settings:
     #: this), so that a command sent again is answered alike instead of applied twice.
     dedup_window: int = 64
     dedup_window_ms: int = 24 * 3600 * 1000
+    #: Finished instances (COMPLETED, FAILED, TERMINATED) are purged by the processor this
+    #: long after they end (0: kept until purged); ``@workflow(retention=...)`` overrides it.
+    retention_ms: int = 0
     #: Hot instances kept in memory per replica.
     cache_instances: int = 10000
     worker_concurrency: int = 16
@@ -308,6 +311,7 @@ _CHECKS: dict[str, Callable[[str, Any], str | None]] = {
     "pending_events_ttl_ms": _not_negative,
     "dedup_window": _not_negative,
     "dedup_window_ms": _not_negative,
+    "retention_ms": _not_negative,
     "cache_instances": _positive,
     "worker_concurrency": _positive,
     "worker_id": _not_empty,

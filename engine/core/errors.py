@@ -250,6 +250,31 @@ class NoConcurrencyLimitError(CommandRefusedError):
     ``max_concurrency_per_key``, or used an instance id reserved for the limits' rows."""
 
 
+# --- schedules --------------------------------------------------------------------------------
+
+
+class ScheduleSpecError(TurnstileError, ValueError):
+    """A schedule's definition is unusable (a bad cron expression, no interval, an unknown
+    overlap policy, a name with characters ids cannot hold): raised before anything is
+    sent, and by the processor for a plain producer's command (then as a refusal)."""
+
+
+class ScheduleRefusedError(CommandRefusedError):
+    """The processor refused a schedule command; the subclasses say why."""
+
+
+class ScheduleAlreadyExistsError(ScheduleRefusedError):
+    """A create named a schedule that exists (delete it first, or pick another name)."""
+
+
+class ScheduleNotFoundError(ScheduleRefusedError):
+    """A pause, resume, delete or trigger named no existing schedule."""
+
+
+class ScheduleDefinitionError(ScheduleRefusedError):
+    """The processor found the schedule's definition unusable (see ScheduleSpecError)."""
+
+
 class WaitTimeoutError(TurnstileError):
     """A client wait (for start, for completion) ran out of time."""
 

@@ -17,7 +17,8 @@ from engine.core.concurrency import ConcurrencySlots
 from engine.core.failure import FailureDetails
 from engine.core.history import ParentClosePolicy, RuntimeStatus
 from engine.core.messages import InstanceStatus, StartWorkflow
-from engine.core.payloads import Payload
+from engine.core.payloads import Payload, to_payload
+from engine.core.schedules import ScheduleState, describe, schedule_name
 
 
 @dataclass(slots=True)
@@ -105,12 +106,16 @@ class InstanceRow:
     slot: str = ""
     #: Only in a slots row: the running runs and waiting starts of one (name, key).
     slots: ConcurrencySlots | None = None
+    #: Only in a schedule's row (``~schedules/NAME``): the schedule and its bookkeeping.
+    schedule: ScheduleState | None = None
 
     @property
     def exists(self) -> bool:
         return self.status is not None
 
     def to_status(self) -> InstanceStatus:
+        if self.schedule is not None:
+            return self._schedule_status(self.schedule)
         return InstanceStatus(
             instance_id=self.instance_id,
             name=self.name,
@@ -137,4 +142,19 @@ class InstanceRow:
         return (
             f"waits for a slot: workflow {self.name!r} runs at most its "
             f"max_concurrency_per_key instances for concurrency key {start.concurrency_key!r}"
+        )
+
+    def _schedule_status(self, schedule: ScheduleState) -> InstanceStatus:
+        """A schedule's status record: RUNNING while active, SUSPENDED while paused, its
+        description as the custom status (what ``schedule describe`` and ``list`` read)."""
+        return InstanceStatus(
+            instance_id=self.instance_id,
+            name=schedule.spec.workflow,
+            version=schedule.spec.version,
+            status=RuntimeStatus.SUSPENDED if schedule.paused else RuntimeStatus.RUNNING,
+            created_ms=schedule.created_ms,
+            last_updated_ms=self.last_updated_ms,
+            input=schedule.spec.input,
+            custom_status=to_payload(describe(schedule_name(self.instance_id), schedule)),
+            request_id=self.request_id,
         )

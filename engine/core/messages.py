@@ -16,6 +16,7 @@ from typing import ClassVar
 from engine.core.failure import FailureDetails
 from engine.core.history import RuntimeStatus
 from engine.core.payloads import Payload
+from engine.core.schedules import ScheduleOp, ScheduleSpec
 
 
 class IdReusePolicy(StrEnum):
@@ -154,7 +155,30 @@ class ConcurrencySlot(Message):
     limit: int = 0
 
 
-COMMAND_BODY_TYPES: tuple[type[Message], ...] = (*COMMAND_TYPES, CancelWorkflow, ConcurrencySlot)
+@dataclass(frozen=True, slots=True)
+class ScheduleCommand(Message):
+    """Create, pause, resume, delete or trigger a schedule (``engine.core.schedules``).
+
+    Keyed by the schedule's row id (``~schedules/NAME``, ``schedules.schedule_id``), so
+    every command of one schedule reaches the one partition that owns it, in order.
+    ``spec`` is the definition (CREATE only); ``reason`` is kept with a pause."""
+
+    KIND: ClassVar[str] = "ScheduleCommand"
+    op: ScheduleOp = ScheduleOp.CREATE
+    spec: ScheduleSpec | None = None
+    request_id: str = ""
+    reason: str = ""
+
+
+#: Commands on the commands topic beyond the instance commands of COMMAND_TYPES.
+ENGINE_COMMAND_TYPES: tuple[type[Message], ...] = (ScheduleCommand,)
+
+COMMAND_BODY_TYPES: tuple[type[Message], ...] = (
+    *COMMAND_TYPES,
+    CancelWorkflow,
+    ConcurrencySlot,
+    *ENGINE_COMMAND_TYPES,
+)
 """Every branch of the Command union (the commands topic accepts only COMMAND_TYPES)."""
 
 

@@ -15,6 +15,7 @@ import contextlib
 import inspect
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar, overload
 
 from engine.core.activity_info import current_activity, heartbeat, is_cancelled
@@ -46,6 +47,9 @@ class WorkflowDefinition:
     max_concurrency_per_key: int = 0
     #: Registered with ``default=True``: starts that name no version run this one.
     default: bool = False
+    #: Finished instances are purged this long after they end (0: the namespace's
+    #: ``retention_ms`` setting decides).
+    retention_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,19 @@ class ActivityDefinition:
     task_queue: str = DEFAULT_TASK_QUEUE
     #: At most this many attempts at once on each worker (0: only the worker's limit).
     max_concurrency: int = 0
+
+
+def _retention_ms(name: str, retention: timedelta | float | None) -> int:
+    """``@workflow(retention=...)`` in ms: a timedelta or seconds, > 0 (None: not set)."""
+    if retention is None:
+        return 0
+    seconds = retention.total_seconds() if isinstance(retention, timedelta) else retention
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+        raise RegistrationError(
+            f"retention of workflow {name!r} must be a timedelta or a number of seconds "
+            f"> 0, got {retention!r}; leave it out to use the namespace's retention_ms"
+        )
+    return max(1, int(seconds * 1000))
 
 
 def _describe(fn: Callable[..., Any]) -> str:
@@ -108,6 +125,7 @@ class Registry:
         failure_types: tuple[type[BaseException], ...] = (),
         max_concurrency_per_key: int = 0,
         default: bool = False,
+        retention: timedelta | float | None = None,
     ) -> Callable[[F], F]: ...
 
     def workflow(
@@ -120,6 +138,7 @@ class Registry:
         failure_types: tuple[type[BaseException], ...] = (),
         max_concurrency_per_key: int = 0,
         default: bool = False,
+        retention: timedelta | float | None = None,
     ) -> F | Callable[[F], F]:
         """Register an ``async def`` workflow; usable bare or as ``@workflow(name=...)``.
 
@@ -127,7 +146,9 @@ class Registry:
         other unexpected exceptions park it until fixed code is deployed (README).
         ``max_concurrency_per_key``: at most this many instances run at once per
         ``concurrency_key`` their starts name; further starts wait, in order, as PENDING.
-        ``default``: starts that name no version run this version (else the newest does)."""
+        ``default``: starts that name no version run this version (else the newest does).
+        ``retention`` (a timedelta or seconds): the processor purges a finished instance
+        this long after it ended (overrides the namespace's ``retention_ms``)."""
 
         def register(f: F) -> F:
             self.add_workflow(
@@ -137,6 +158,7 @@ class Registry:
                 failure_types=failure_types,
                 max_concurrency_per_key=max_concurrency_per_key,
                 default=default,
+                retention=retention,
             )
             return f
 
@@ -183,6 +205,7 @@ class Registry:
         failure_types: tuple[type[BaseException], ...] = (),
         max_concurrency_per_key: int = 0,
         default: bool = False,
+        retention: timedelta | float | None = None,
     ) -> WorkflowDefinition:
         """Register ``fn`` as a workflow (the non-decorator form)."""
         name = name or getattr(fn, "__name__", "")
@@ -201,7 +224,14 @@ class Registry:
             )
         limit = check_limit(name, max_concurrency_per_key)
         definition = WorkflowDefinition(
-            name, version, fn, _takes_input(fn, name), tuple(failure_types), limit, default
+            name,
+            version,
+            fn,
+            _takes_input(fn, name),
+            tuple(failure_types),
+            limit,
+            default,
+            _retention_ms(name, retention),
         )
         self._check_default(definition)
         self._workflows[(name, version)] = definition
@@ -396,6 +426,7 @@ def workflow(
     failure_types: tuple[type[BaseException], ...] = (),
     max_concurrency_per_key: int = 0,
     default: bool = False,
+    retention: timedelta | float | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -408,6 +439,7 @@ def workflow(
     failure_types: tuple[type[BaseException], ...] = (),
     max_concurrency_per_key: int = 0,
     default: bool = False,
+    retention: timedelta | float | None = None,
 ) -> F | Callable[[F], F]:
     """Register an ``async def wf(ctx, input)`` workflow in :data:`default_registry`."""
     if fn is not None:
@@ -418,6 +450,7 @@ def workflow(
         failure_types=failure_types,
         max_concurrency_per_key=max_concurrency_per_key,
         default=default,
+        retention=retention,
     )
 
 

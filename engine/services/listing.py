@@ -29,6 +29,7 @@ from engine.core.messages import InstanceStatus
 
 __all__ = [
     "DEFAULT_PAGE",
+    "ENGINE_ROW_PREFIX",
     "MAX_PAGE",
     "InstanceFilter",
     "InstancePage",
@@ -83,6 +84,14 @@ class InstanceFilter:
         return all(check(self, status) for check in _CHECKS)
 
 
+#: Ids of the engine's own rows (schedules, concurrency slots): not instances, never listed.
+ENGINE_ROW_PREFIX = "~"
+
+
+def _instance_ok(f: InstanceFilter, s: InstanceStatus) -> bool:
+    return not s.instance_id.startswith(ENGINE_ROW_PREFIX)
+
+
 def _status_ok(f: InstanceFilter, s: InstanceStatus) -> bool:
     return not f.statuses or s.status in f.statuses
 
@@ -108,6 +117,7 @@ def _before_ok(f: InstanceFilter, s: InstanceStatus) -> bool:
 
 
 _CHECKS: tuple[Callable[[InstanceFilter, InstanceStatus], bool], ...] = (
+    _instance_ok,
     _status_ok,
     _name_ok,
     _version_ok,

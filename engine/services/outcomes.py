@@ -37,6 +37,9 @@ REFUSALS: dict[str, type[CommandRefusedError]] = {
         errors.InstanceStillRunningError,
         errors.PendingEventsFullError,
         errors.NoConcurrencyLimitError,
+        errors.ScheduleAlreadyExistsError,
+        errors.ScheduleNotFoundError,
+        errors.ScheduleDefinitionError,
     )
 }
 
@@ -52,6 +55,9 @@ _HINTS: dict[type[CommandRefusedError], str] = {
     errors.InstanceAlreadySuspendedError: "resume it first if it should run",
     errors.InstanceStillRunningError: "terminate it first, or wait for it to end",
     errors.PendingEventsFullError: "start the instance, or raise pending_events_max",
+    errors.ScheduleAlreadyExistsError: "delete it first ('turnstile schedule delete NAME'), "
+    "or choose another name",
+    errors.ScheduleNotFoundError: "check the name ('turnstile schedule list')",
 }
 
 

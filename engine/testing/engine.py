@@ -46,6 +46,7 @@ from engine.services.processor.partition import Environment, PartitionProcessor
 from engine.services.processor.protocol import BatchMetrics, NoMetrics, Step
 from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
 from engine.services.records import RawRecord
+from engine.services.schedule_client import ScheduleClient, ScheduleMethods
 from engine.services.tracing import NoTracing, TraceHook
 from engine.services.watchdog import TurnWatchdog
 from engine.services.worker import Outbound, Worker
@@ -107,7 +108,7 @@ class _RunningOutcomes(OutcomeWaiters):
         return future.result()
 
 
-class TestEngine:
+class TestEngine(ScheduleMethods):
     """A whole engine in the test process: no broker, no disk, no waiting for timers.
 
     ``registry`` holds the workflows and activities (default: the ``@workflow`` /
@@ -148,6 +149,7 @@ class TestEngine:
             pending_events_ttl_ms=base.pending_events_ttl_ms,
             dedup_window=base.dedup_window,
             dedup_window_ms=base.dedup_window_ms,
+            retention_ms=base.retention_ms,
             park_workflow_errors=base.park_workflow_errors,
             cache_capacity=max(100, base.cache_instances // partitions),
             limits=base.limits,
@@ -287,6 +289,9 @@ class TestEngine:
     def retry(self, instance_id: str, **options: Any) -> CommandOutcome | None:
         """Run a parked instance again now (as ``Client.retry``: a resume)."""
         return self.client.resume(instance_id, RETRY_REASON, **options)
+
+    def _schedule_client(self) -> ScheduleClient:
+        return ScheduleClient(self.client)
 
     def send(self, command: Message) -> None:
         """Send a hand-made command record (for tests of the wire contract)."""

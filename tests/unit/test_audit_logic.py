@@ -604,3 +604,17 @@ def test_encoded_bytes_survive_an_export_round_trip(checkout: list[bytes], tmp_p
     write_history_file(buffer, _decoded(checkout))
     buffer.seek(0)
     assert [encode_history(e) for e in read_history_file(buffer)] == checkout
+
+
+def test_a_schedule_row_without_history_is_no_difference() -> None:
+    from engine.core.instance_row import InstanceRow
+    from engine.core.schedules import ScheduleSpec, ScheduleState
+
+    records, tables, statuses = _engine_state(_registry(), "order-1", "pay.checkout", 4)
+    row = InstanceRow(
+        "~schedules/nightly", schedule=ScheduleState(ScheduleSpec("w", cron="@daily"))
+    )
+    tables.apply(keys.meta_key(row.instance_id), encode_meta(row))
+    statuses[row.instance_id] = row.to_status()  # RUNNING, with no history of its own
+    report = compare(fold_histories(_decoded(records)), tables, statuses)
+    assert report.ok, [d.line() for d in report.differences]

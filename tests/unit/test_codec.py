@@ -119,6 +119,8 @@ def _for_hint(owner: type, name: str, hint: Any) -> st.SearchStrategy[Any]:
         return simple[hint]
     if isinstance(hint, type) and issubclass(hint, Enum):
         return st.sampled_from(list(hint))
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return instances(hint)  # a nested record (a schedule's spec)
     raise TypeError(f"no strategy for {owner.__name__}.{name}: {hint!r}")
 
 
@@ -285,6 +287,8 @@ def _sample(cls: type) -> Any:
             kwargs[f.name] = {"team": "payments"}
         elif isinstance(base, type) and issubclass(base, Enum):
             kwargs[f.name] = list(base)[-1]
+        elif base not in values and dataclasses.is_dataclass(base):
+            kwargs[f.name] = _sample(base)  # a nested record (a schedule's spec)
         else:
             kwargs[f.name] = values[base]
     return cls(**kwargs)

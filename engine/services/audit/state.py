@@ -36,6 +36,7 @@ from engine.core.history import (
 from engine.core.instance_row import InstanceRow
 from engine.core.messages import InstanceStatus
 from engine.core.payloads import Payload
+from engine.core.schedules import SCHEDULE_PREFIX
 from engine.runtime.jsonhistory import failure_to_json, payload_to_json
 from engine.services.processor import keys
 from engine.services.processor.meta import decode_meta
@@ -341,7 +342,10 @@ def _compare_status(
 def _without_history(
     instance_id: str, meta: InstanceRow | None, status: InstanceStatus | None
 ) -> list[Difference]:
-    """A row or status record with no history at all must be a run that never started."""
+    """A row or status record with no history at all must be a run that never started
+    (or a schedule's row, which has a status record and never a history)."""
+    if instance_id.startswith(SCHEDULE_PREFIX):
+        return []
     diffs = []
     if meta is not None and not _not_started(None, meta.status, meta.generation):
         diffs.append(Difference(instance_id, "state", "row", "no events", _text(meta.status)))

@@ -73,6 +73,7 @@ class Batch:
         #: Each touched instance's status when the batch first loaded it, and the ids whose
         #: row it removed: what :attr:`status_moves` is computed from when the batch closes.
         self._status_before: dict[str, Standing] = {}
+        self._generation_before: dict[str, int] = {}
         self._removed: set[str] = set()
         #: (standing before, standing after) of every instance whose status, workflow or
         #: version the batch changed (None: no row), filled when the batch is closed.
@@ -110,6 +111,7 @@ class Batch:
             self.counters.cache_hits += 1
         self.touched[instance_id] = item
         self._status_before[instance_id] = standing(item.meta)
+        self._generation_before[instance_id] = item.meta.generation
         return item
 
     def execution(self, item: Loaded) -> WorkflowExecution:
@@ -147,6 +149,20 @@ class Batch:
         self._removed.add(meta.instance_id)
         self.tables.delete_meta(meta.instance_id)
         self.emit(self.env.topics.status, meta.instance_id.encode(), None, self.partition)
+
+    def ended(self) -> list[Loaded]:
+        """The runs that ended in this batch: their status became terminal, or a new run
+        began and ended in it (the generation moved on)."""
+        found = []
+        for instance_id, before in self._status_before.items():
+            item = self.touched[instance_id]
+            after = item.meta.status
+            if after is None or not after.is_terminal:
+                continue
+            new_run = item.meta.generation != self._generation_before[instance_id]
+            if new_run or before is None or not before[0].is_terminal:
+                found.append(item)
+        return found
 
     # --- output ---------------------------------------------------------------------------
 
@@ -220,7 +236,7 @@ class Batch:
         instance alone."""
         try:
             self.tables.put_meta(meta)
-            if not meta.exists:
+            if not meta.exists and meta.schedule is None:  # a schedule's row has a status
                 return None
             return encode_message(fit_status(meta.to_status(), self.env.limits.record))
         except Exception as exc:

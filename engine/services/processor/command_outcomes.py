@@ -88,7 +88,7 @@ def _settle(b: Batch, msg: Any, verdict: Verdict, now_ms: int) -> None:
         log.info("%s for %s refused: %s", msg.KIND, msg.instance_id, verdict.reason)
     if msg.request_id:
         meta = b.load(msg.instance_id).meta
-        if meta.exists or meta.pending_events:  # no row is made for an unknown id
+        if meta.exists or meta.pending_events or meta.schedule is not None:  # not for unknown ids
             remember(
                 meta, msg.request_id, verdict, now_ms, b.env.dedup_window, b.env.dedup_window_ms
             )

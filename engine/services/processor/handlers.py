@@ -43,6 +43,7 @@ from engine.core.messages import (
     PurgeWorkflow,
     RaiseEvent,
     ResumeWorkflow,
+    ScheduleCommand,
     SignalWithStart,
     SlotOp,
     StartWorkflow,
@@ -50,9 +51,10 @@ from engine.core.messages import (
     TerminateWorkflow,
 )
 from engine.core.payloads import Payload
+from engine.core.schedules import SCHEDULE_PREFIX
 from engine.core.tags import checked_tags
 from engine.runtime.executor import WorkflowExecution
-from engine.services.processor import keys, parking, pending, slots, spans
+from engine.services.processor import keys, parking, pending, retention, schedules, slots, spans
 from engine.services.processor.batch import Batch
 from engine.services.processor.command_outcomes import (
     MessageHandler,
@@ -69,6 +71,11 @@ log = logging.getLogger("engine.processor")
 
 #: Timer task id reserved for a start that waits for its scheduled time.
 START_TIMER = -1
+
+_RESERVED_FOR_SCHEDULES = (
+    f"instance ids starting with {SCHEDULE_PREFIX!r} are the rows of schedules; choose "
+    f"another id (manage schedules with 'turnstile schedule ...')"
+)
 
 
 # --- start ---------------------------------------------------------------------------------
@@ -113,6 +120,8 @@ def _limit_refusal(b: Batch, msg: StartWorkflow) -> Verdict | None:
     if msg.instance_id.startswith(SLOTS_PREFIX):
         reason = f"instance ids starting with {SLOTS_PREFIX!r} are reserved; choose another id"
         return _refuse(b, msg, "NoConcurrencyLimitError", reason)
+    if msg.instance_id.startswith(SCHEDULE_PREFIX):
+        return _refuse(b, msg, "ScheduleDefinitionError", _RESERVED_FOR_SCHEDULES)
     if msg.concurrency_key and slots.limit_of(b, msg) == 0:
         reason = (
             f"the start names concurrency_key {msg.concurrency_key!r} but workflow "
@@ -249,6 +258,8 @@ def _drop_history(b: Batch, meta: InstanceRow) -> None:
 
 def on_raise(b: Batch, msg: RaiseEvent, now_ms: int) -> Verdict:
     b.env.limits.check("event", f"the payload of event {msg.name!r}", msg.input)
+    if schedules.is_schedule_id(msg.instance_id):
+        return refused("ScheduleDefinitionError", _RESERVED_FOR_SCHEDULES)
     item = b.load(msg.instance_id)
     meta = item.meta
     if meta.status in (None, RuntimeStatus.PENDING):
@@ -348,6 +359,9 @@ def oversized_result(b: Batch, msg: ActivityResult) -> FailureDetails | None:
 
 
 def on_child_result(b: Batch, msg: ChildResult, now_ms: int) -> None:
+    if schedules.is_schedule_id(msg.instance_id):
+        schedules.on_run_ended(b, msg, now_ms)  # a run a schedule started has ended
+        return
     parent = b.load(msg.instance_id).meta
     running = [c for c in parent.children if c.instance_id != msg.child_instance_id]
     if len(running) != len(parent.children):  # it no longer runs, whatever its parent does
@@ -433,13 +447,20 @@ def on_purge(b: Batch, msg: PurgeWorkflow, now_ms: int) -> Verdict:
             f"terminated instances can be purged"
         )
         return refused("InstanceStillRunningError", reason)
+    purge_row(b, item)
+    return accepted()
+
+
+def purge_row(b: Batch, item: Loaded) -> None:
+    """Remove an ended instance: its row, history rows, timers and status (a purge, or
+    its retention time passed)."""
+    meta = item.meta
     _drop_history(b, meta)
     for timer in b.tables.timers_of(meta.instance_id):
         b.tables.delete_timer(timer)
     b.remove(meta)
     item.meta = InstanceRow(meta.instance_id)
     item.execution = None
-    return accepted()
 
 
 def on_signal_with_start(b: Batch, msg: SignalWithStart, now_ms: int) -> Verdict:
@@ -449,6 +470,8 @@ def on_signal_with_start(b: Batch, msg: SignalWithStart, now_ms: int) -> Verdict
     if msg.instance_id.startswith(SLOTS_PREFIX):
         reason = f"instance ids starting with {SLOTS_PREFIX!r} are reserved; choose another id"
         return refused("NoConcurrencyLimitError", reason)
+    if schedules.is_schedule_id(msg.instance_id):
+        return refused("ScheduleDefinitionError", _RESERVED_FOR_SCHEDULES)
     b.env.limits.check("event", f"the payload of event {msg.event_name!r}", msg.event_input)
     item = b.load(msg.instance_id)
     meta = item.meta
@@ -477,11 +500,18 @@ def fire_timer(b: Batch, timer: keys.TimerKey, now_ms: int) -> None:
     b.tables.delete_timer(timer)
     item = b.load(timer.instance_id)
     meta = item.meta
+    if timer.task_id == schedules.SCHEDULE_TIMER:
+        schedules.fire(b, item, timer, now_ms)
+        return
     if timer.generation != meta.generation:
         b.counters.reject("TimerFired")
         return  # a timer of an older generation: dropped, never applied
     if timer.task_id == parking.PARK_TIMER:
         parking.retry_due(b, item)
+        return
+    if timer.task_id == retention.RETENTION_TIMER:
+        if meta.status is not None and meta.status.is_terminal:
+            purge_row(b, item)
         return
     if timer.task_id == START_TIMER:
         if meta.status is RuntimeStatus.PENDING and meta.scheduled_start is not None:
@@ -520,4 +550,5 @@ MESSAGE_HANDLERS: dict[type[Message], MessageHandler] = {
     ChildResult: on_child_result,
     CancelWorkflow: on_cancel,
     ConcurrencySlot: on_concurrency_slot,
+    ScheduleCommand: answered(schedules.on_schedule_command),
 }

@@ -13,6 +13,7 @@ from engine.core.errors import CodecError
 from engine.core.keys import murmur2_partition
 from engine.core.messages import (
     COMMAND_TYPES,
+    ENGINE_COMMAND_TYPES,
     ActivityResult,
     CancelWorkflow,
     ChildResult,
@@ -33,7 +34,7 @@ INSTANCE_MESSAGE_TYPES: frozenset[type[Message]] = frozenset(
 def accepted_kinds(topics: TopicNames) -> dict[str, frozenset[type[Message]]]:
     """The record kinds each input topic may carry."""
     return {
-        topics.commands: frozenset(COMMAND_TYPES),
+        topics.commands: frozenset((*COMMAND_TYPES, *ENGINE_COMMAND_TYPES)),
         topics.activity_results: frozenset({ActivityResult}),
         topics.instance_messages: INSTANCE_MESSAGE_TYPES,
     }

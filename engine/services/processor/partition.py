@@ -31,7 +31,7 @@ import logging
 from engine.core.errors import InstanceTurnError, RecordHandlingError, TurnstileError
 from engine.core.failure import failure_from_exception
 from engine.core.messages import Message
-from engine.services.processor import keys, slots, spans
+from engine.services.processor import keys, retention, slots, spans
 from engine.services.processor.batch import Batch
 from engine.services.processor.handlers import MESSAGE_HANDLERS, fire_timer
 from engine.services.processor.inputs import accepted_kinds, validate
@@ -163,6 +163,7 @@ class PartitionProcessor:
                     raise turn_error(self.partition, instance_id, exc) from exc
         batch.origin = ""
         slots.release_ended(batch)  # a run that ended gives its concurrency slot back
+        retention.arm_ended(batch, now_ms)  # an ended instance is purged after its retention
         batch.close()
         return batch
 

@@ -239,6 +239,9 @@ class Environment:
     dedup_window: int = 64
     dedup_window_ms: int = 24 * 3600 * 1000
     cache_capacity: int = 10000
+    #: Finished instances are purged this long after they end (0: never; settings
+    #: retention_ms, or the workflow's own ``retention``).
+    retention_ms: int = 0
     #: Park instances whose workflow code raised unexpectedly instead of failing them.
     park_workflow_errors: bool = True
     #: Size limits of the values a workflow moves and of one record (settings max_*_bytes).

@@ -1,0 +1,237 @@
+"""Schedules on the processor: the schedule's row, its timer, and the runs it starts.
+
+A schedule is the row of a reserved id (``~schedules/NAME``, see ``engine.core.schedules``)
+on the partition that owns it. Its commands (``ScheduleCommand``, on the commands topic,
+keyed by that id) and its timer (task id :data:`SCHEDULE_TIMER`, set for the next slot)
+only ever reach that partition, so one replica at a time decides every slot. A due slot
+becomes a ``StartWorkflow`` on instance-messages, for the run id of the slot, under
+REJECT_DUPLICATE and with the schedule's row as its parent: the slot's decision, the
+timer for the next slot and the start are in one transaction, and a start that reached
+the run's partition twice is refused there, so each slot starts exactly one run. The
+run's end (or its refused start) comes back as a ``ChildResult`` to the row, which is
+how the overlap policy knows what still runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from engine.core.errors import PayloadTooLargeError, ScheduleSpecError
+from engine.core.instance_row import InstanceRow
+from engine.core.messages import ChildResult, IdReusePolicy, ScheduleCommand, StartWorkflow
+from engine.core.schedules import (
+    SCHEDULE_PREFIX,
+    Decision,
+    OverlapPolicy,
+    ScheduleOp,
+    ScheduleState,
+    check_name,
+    check_spec,
+    decide,
+    due_slots,
+    next_slot,
+    run_id,
+    schedule_name,
+)
+from engine.services.processor import keys
+from engine.services.processor.batch import Batch
+from engine.services.processor.command_outcomes import Verdict, accepted, refused
+from engine.services.processor.state import Loaded
+
+#: Timer task id of a schedule's next slot.
+SCHEDULE_TIMER = -3
+
+
+def is_schedule_id(instance_id: str) -> bool:
+    return instance_id.startswith(SCHEDULE_PREFIX)
+
+
+def on_schedule_command(b: Batch, msg: ScheduleCommand, now_ms: int) -> Verdict:
+    """Create, pause, resume, delete or trigger the schedule the command is keyed by."""
+    if not is_schedule_id(msg.instance_id):
+        reason = (
+            f"schedule commands are keyed by the schedule's row id ({SCHEDULE_PREFIX}NAME), "
+            f"not {msg.instance_id!r}"
+        )
+        return refused("ScheduleDefinitionError", reason)
+    item = b.load(msg.instance_id)
+    if msg.op is ScheduleOp.CREATE:
+        return _create(b, item, msg, now_ms)
+    state = item.meta.schedule
+    if state is None:
+        name = schedule_name(msg.instance_id)
+        return refused("ScheduleNotFoundError", f"there is no schedule {name!r}")
+    return _OPS[msg.op](b, item, state, msg, now_ms)
+
+
+def _create(b: Batch, item: Loaded, msg: ScheduleCommand, now_ms: int) -> Verdict:
+    meta = item.meta
+    name = schedule_name(meta.instance_id)
+    if meta.schedule is not None:
+        return refused("ScheduleAlreadyExistsError", f"schedule {name!r} exists already")
+    try:
+        check_name(name)
+        if msg.spec is None:
+            raise ScheduleSpecError("a CREATE needs the schedule's spec")
+        spec = check_spec(msg.spec)
+        b.env.limits.check("workflow_input", f"the input of schedule {name!r}", spec.input)
+    except (ScheduleSpecError, PayloadTooLargeError) as exc:
+        return refused("ScheduleDefinitionError", str(exc))
+    state = ScheduleState(spec=spec, created_ms=now_ms)
+    meta.schedule = state
+    meta.last_updated_ms = now_ms
+    _arm(b, meta.instance_id, state, next_slot(spec, now_ms - 1))
+    b.save(meta)
+    return accepted(_next_text(state))
+
+
+def _pause(b: Batch, item: Loaded, state: ScheduleState, msg: ScheduleCommand, now: int) -> Verdict:
+    if state.paused:
+        return accepted("the schedule was paused already")
+    _disarm(b, item.meta.instance_id, state)
+    state.paused, state.note = True, msg.reason
+    _touch(b, item, now)
+    return accepted("paused: no slot starts a run until it is resumed")
+
+
+def _resume(
+    b: Batch, item: Loaded, state: ScheduleState, msg: ScheduleCommand, now: int
+) -> Verdict:
+    if not state.paused:
+        return accepted("the schedule was not paused")
+    state.paused, state.note = False, ""
+    _arm(b, item.meta.instance_id, state, next_slot(state.spec, now - 1))
+    _touch(b, item, now)
+    return accepted(f"resumed (the slots while it was paused are not run); {_next_text(state)}")
+
+
+def _delete(
+    b: Batch, item: Loaded, state: ScheduleState, msg: ScheduleCommand, now: int
+) -> Verdict:
+    meta = item.meta
+    _disarm(b, meta.instance_id, state)
+    running = len(state.running)
+    b.remove(meta)
+    item.meta = InstanceRow(meta.instance_id)
+    return accepted(f"deleted; {running} run(s) it started still run on their own")
+
+
+def _trigger(
+    b: Batch, item: Loaded, state: ScheduleState, msg: ScheduleCommand, now: int
+) -> Verdict:
+    decision = _slot(b, item, state, now, triggered=True)
+    _touch(b, item, now)
+    if decision is Decision.START:
+        return accepted(f"started {state.last_run_id}")
+    if decision is Decision.BUFFER:
+        return accepted("buffered: it starts when the running run ends (BUFFER_ONE)")
+    return accepted(f"skipped: a run still runs ({state.spec.overlap.value})")
+
+
+_Op = Callable[[Batch, Loaded, ScheduleState, ScheduleCommand, int], Verdict]
+_OPS: dict[ScheduleOp, _Op] = {
+    ScheduleOp.PAUSE: _pause,
+    ScheduleOp.RESUME: _resume,
+    ScheduleOp.DELETE: _delete,
+    ScheduleOp.TRIGGER: _trigger,
+}
+
+
+# --- slots ----------------------------------------------------------------------------------
+
+
+def fire(b: Batch, item: Loaded, timer: keys.TimerKey, now_ms: int) -> None:
+    """The schedule's timer: handle every due slot (the catch-up window decides which
+    missed ones still run), then set the timer for the next slot."""
+    state = item.meta.schedule
+    if state is None or state.paused or timer.fire_at_ms != state.next_fire_ms:
+        b.counters.reject("ScheduleTimer")  # deleted, paused or re-armed since: stale
+        return
+    due = due_slots(state.spec, state.next_fire_ms, now_ms)
+    state.skipped_missed += due.missed
+    for slot in due.slots:
+        _slot(b, item, state, slot, triggered=False)
+    _arm(b, item.meta.instance_id, state, due.next_ms)
+    _touch(b, item, now_ms)
+
+
+def _slot(
+    b: Batch, item: Loaded, state: ScheduleState, slot_ms: int, *, triggered: bool
+) -> Decision:
+    decision = decide(state)
+    if not triggered:
+        state.last_slot_ms = slot_ms
+    if decision is Decision.START:
+        _start_run(b, item, state, run_id(_name(item), slot_ms, triggered=triggered))
+    elif decision is Decision.BUFFER:
+        state.buffered_ms = slot_ms
+    else:
+        state.skipped_overlap += 1
+    return decision
+
+
+def _start_run(b: Batch, item: Loaded, state: ScheduleState, run: str) -> None:
+    row_id = item.meta.instance_id
+    spec = state.spec
+    start = StartWorkflow(
+        instance_id=run,
+        name=spec.workflow,
+        input=spec.input,
+        version=spec.version,
+        reuse_policy=IdReusePolicy.REJECT_DUPLICATE,
+        request_id=f"{row_id}/{run}",
+        tags={"schedule": _name(item)},
+        parent_instance_id=row_id,
+        parent_generation=0,
+        parent_task_id=state.started,
+    )
+    b.send(b.env.topics.instance_messages, start)
+    state.running.append(run)
+    state.started += 1
+    state.last_run_id = run
+
+
+def on_run_ended(b: Batch, msg: ChildResult, now_ms: int) -> None:
+    """A run the schedule started ended (or its start was refused): it no longer runs;
+    a slot buffered behind it (BUFFER_ONE) starts now."""
+    item = b.load(msg.instance_id)
+    state = item.meta.schedule
+    if state is None or msg.child_instance_id not in state.running:
+        b.counters.reject(msg.KIND)  # the schedule was deleted meanwhile
+        return
+    state.running.remove(msg.child_instance_id)
+    buffered = state.buffered_ms
+    if buffered and not state.running and state.spec.overlap is OverlapPolicy.BUFFER_ONE:
+        state.buffered_ms = 0
+        _start_run(b, item, state, run_id(_name(item), buffered))
+    _touch(b, item, now_ms)
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _arm(b: Batch, row_id: str, state: ScheduleState, slot_ms: int) -> None:
+    state.next_fire_ms = slot_ms
+    if slot_ms:
+        b.tables.put_timer(keys.TimerKey(slot_ms, row_id, 0, SCHEDULE_TIMER))
+
+
+def _disarm(b: Batch, row_id: str, state: ScheduleState) -> None:
+    if state.next_fire_ms:
+        b.tables.delete_timer(keys.TimerKey(state.next_fire_ms, row_id, 0, SCHEDULE_TIMER))
+    state.next_fire_ms = 0
+
+
+def _touch(b: Batch, item: Loaded, now_ms: int) -> None:
+    item.meta.last_updated_ms = now_ms
+    b.save(item.meta)
+
+
+def _name(item: Loaded) -> str:
+    return schedule_name(item.meta.instance_id)
+
+
+def _next_text(state: ScheduleState) -> str:
+    if not state.next_fire_ms:
+        return "no slot is left before its end"
+    return f"next slot at {state.next_fire_ms} (epoch ms)"
