@@ -35,7 +35,7 @@ from engine.config.settings import Settings, load_settings
 from engine.config.topics import topic_names
 from engine.core.errors import InstanceFailedError, WaitTimeoutError
 from engine.core.history import RuntimeStatus
-from engine.core.messages import CommandOutcome, IdReusePolicy, InstanceStatus
+from engine.core.messages import CommandOutcome, IdReusePolicy, InstanceStatus, ResetTarget
 from engine.core.typed import convert, return_type
 from engine.runtime.registry import Registry
 from engine.services.client import RETRY_REASON, InstanceState, StatusView, WorkflowClient
@@ -47,6 +47,7 @@ __all__ = [
     "Client",
     "IdReusePolicy",
     "InstanceState",
+    "ResetTarget",
     "RuntimeStatus",
     "WorkflowHandle",
 ]
@@ -301,6 +302,38 @@ class Client:
         it runs)."""
         return self._service.purge(instance_id, request_id=request_id, wait=wait)
 
+    def reset(
+        self,
+        instance_id: str,
+        to: int | ResetTarget,
+        reason: str = "",
+        *,
+        request_id: str | None = None,
+        wait: bool = True,
+    ) -> CommandOutcome | None:
+        """Start a new run (the next generation) of the instance from its current run's
+        history up to ``to``: a sequence number (``turnstile history show``), or
+        ``ResetTarget.LAST_FAILURE`` / ``ResetTarget.FIRST_TURN``. The turns before the
+        point are reused, the rest is done again; ``reason`` is recorded in history.
+        Refused with ``InvalidResetPointError`` for a point the run does not have."""
+        return self._service.reset(instance_id, to, reason, request_id=request_id, wait=wait)
+
+    def rerun(
+        self,
+        instance_id: str,
+        new_id: str,
+        to: int | ResetTarget = ResetTarget.FIRST_TURN,
+        reason: str = "",
+        *,
+        request_id: str | None = None,
+        wait: bool = True,
+    ) -> CommandOutcome | None:
+        """As :meth:`reset`, but the new run is a new instance ``new_id`` (an unused id or
+        one whose run ended); the source instance is left as it is."""
+        return self._service.reset(
+            instance_id, to, reason, new_instance_id=new_id, request_id=request_id, wait=wait
+        )
+
     def retry(
         self, instance_id: str, *, request_id: str | None = None, wait: bool = True
     ) -> CommandOutcome | None:
@@ -542,6 +575,21 @@ class AsyncClient:
 
     async def retry(self, instance_id: str, **options: Any) -> CommandOutcome | None:
         return await asyncio.to_thread(self.sync.retry, instance_id, **options)
+
+    async def reset(
+        self, instance_id: str, to: int | ResetTarget, reason: str = "", **options: Any
+    ) -> CommandOutcome | None:
+        return await asyncio.to_thread(self.sync.reset, instance_id, to, reason, **options)
+
+    async def rerun(
+        self,
+        instance_id: str,
+        new_id: str,
+        to: int | ResetTarget = ResetTarget.FIRST_TURN,
+        reason: str = "",
+        **options: Any,
+    ) -> CommandOutcome | None:
+        return await asyncio.to_thread(self.sync.rerun, instance_id, new_id, to, reason, **options)
 
     async def get(self, instance_id: str) -> InstanceState | None:
         return await asyncio.to_thread(self.sync.get, instance_id)

@@ -37,6 +37,7 @@ from engine.core.messages import (
     IdReusePolicy,
     InstanceStatus,
     Message,
+    ResetTarget,
     SlotOp,
 )
 from engine.core.payloads import Payload
@@ -79,6 +80,7 @@ _ENUMS: dict[str, type[Enum]] = {
     "CommandResult": CommandResult,
     "ParentClosePolicy": ParentClosePolicy,
     "SlotOp": SlotOp,
+    "ResetTarget": ResetTarget,
 }
 
 #: The Command envelope: its ``instance_id`` is lifted into the body, which is the message.

@@ -35,6 +35,8 @@ from engine.core.messages import (
     Message,
     PurgeWorkflow,
     RaiseEvent,
+    ResetTarget,
+    ResetWorkflow,
     ResumeWorkflow,
     SignalWithStart,
     StartWorkflow,
@@ -548,6 +550,22 @@ class WorkflowClient:
         """Remove an ended instance's state and status (refused while it runs)."""
         return self.send(PurgeWorkflow(instance_id, _request_id(request_id)), wait=wait)
 
+    def reset(
+        self,
+        instance_id: str,
+        to: int | ResetTarget,
+        reason: str = "",
+        *,
+        new_instance_id: str = "",
+        request_id: str | None = None,
+        wait: bool = True,
+    ) -> CommandOutcome | None:
+        """Start a new run from the current run's history up to ``to`` (a sequence
+        number, or ``ResetTarget.LAST_FAILURE`` / ``FIRST_TURN``); with
+        ``new_instance_id``, into that instance instead (a rerun)."""
+        command = reset_command(instance_id, to, reason, new_instance_id, _request_id(request_id))
+        return self.send(command, wait=wait)
+
     # --- reads ------------------------------------------------------------------------------
 
     def get(self, instance_id: str) -> InstanceStatus | None:
@@ -613,6 +631,21 @@ class WorkflowClient:
             else "wait longer (a larger timeout) or look at it with 'turnstile status'"
         )
         return f"instance {instance_id!r} did not {what} within {timeout}s ({seen}); {hint}"
+
+
+def reset_command(
+    instance_id: str, to: int | ResetTarget, reason: str, new_instance_id: str, request_id: str
+) -> ResetWorkflow:
+    """The ResetWorkflow record for a point given as a sequence number or a target."""
+    if isinstance(to, bool) or not isinstance(to, int | ResetTarget):
+        raise TypeError(f"reset point must be a sequence number (int) or a ResetTarget, not {to!r}")
+    if isinstance(to, ResetTarget):
+        target, sequence = to, 0
+    else:
+        if to < 0:
+            raise ValueError(f"reset point {to} is negative: sequence numbers start at 0")
+        target, sequence = ResetTarget.SEQUENCE, to
+    return ResetWorkflow(instance_id, target, sequence, reason, request_id, new_instance_id)
 
 
 def _concurrency_key(key: object) -> str:

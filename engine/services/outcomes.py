@@ -37,6 +37,8 @@ REFUSALS: dict[str, type[CommandRefusedError]] = {
         errors.InstanceStillRunningError,
         errors.PendingEventsFullError,
         errors.NoConcurrencyLimitError,
+        errors.InvalidResetPointError,
+        errors.RerunTooLargeError,
     )
 }
 
@@ -52,6 +54,9 @@ _HINTS: dict[type[CommandRefusedError], str] = {
     errors.InstanceAlreadySuspendedError: "resume it first if it should run",
     errors.InstanceStillRunningError: "terminate it first, or wait for it to end",
     errors.PendingEventsFullError: "start the instance, or raise pending_events_max",
+    errors.InvalidResetPointError: "pick a sequence number of the current run "
+    "('turnstile history show ID' lists them)",
+    errors.RerunTooLargeError: "reset the instance in place, or raise max_record_bytes",
 }
 
 

@@ -42,6 +42,8 @@ from engine.core.messages import (
     Message,
     PurgeWorkflow,
     RaiseEvent,
+    RerunFrom,
+    ResetWorkflow,
     ResumeWorkflow,
     SignalWithStart,
     SlotOp,
@@ -51,7 +53,7 @@ from engine.core.messages import (
 )
 from engine.core.payloads import Payload
 from engine.runtime.executor import WorkflowExecution
-from engine.services.processor import keys, parking, pending, slots, spans
+from engine.services.processor import keys, parking, pending, reset, slots, spans
 from engine.services.processor.batch import Batch
 from engine.services.processor.command_outcomes import (
     MessageHandler,
@@ -525,4 +527,6 @@ MESSAGE_HANDLERS: dict[type[Message], MessageHandler] = {
     ChildResult: on_child_result,
     CancelWorkflow: on_cancel,
     ConcurrencySlot: on_concurrency_slot,
+    ResetWorkflow: reset.on_reset_command,
+    RerunFrom: reset.on_rerun_from,
 }
