@@ -35,7 +35,13 @@ from engine.config.settings import Settings, load_settings
 from engine.config.topics import topic_names
 from engine.core.errors import InstanceFailedError, WaitTimeoutError
 from engine.core.history import RuntimeStatus
-from engine.core.messages import CommandOutcome, IdReusePolicy, InstanceStatus, ResetTarget
+from engine.core.messages import (
+    CommandOutcome,
+    IdReusePolicy,
+    InstanceStatus,
+    Message,
+    ResetTarget,
+)
 from engine.core.typed import convert, return_type
 from engine.runtime.registry import Registry
 from engine.services.client import RETRY_REASON, InstanceState, StatusView, WorkflowClient
@@ -343,6 +349,11 @@ class Client:
         It is sent as a resume: a suspended instance resumes, one neither parked nor
         suspended refuses it (InstanceNotSuspendedError)."""
         return self._service.resume(instance_id, RETRY_REASON, request_id=request_id, wait=wait)
+
+    def send_expecting(self, command: Message) -> Future[CommandOutcome] | None:
+        """Write a command record without flushing or waiting; the future resolves to the
+        processor's answer (bulk operations keep many in flight). ``flush()`` writes them."""
+        return self._service.send_expecting(command)
 
     # --- reads ------------------------------------------------------------------------------
 

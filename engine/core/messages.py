@@ -120,8 +120,8 @@ class ResetTarget(StrEnum):
 
     #: The turn holding event ``sequence`` of the current run.
     SEQUENCE = "SEQUENCE"
-    #: The turn holding the run's last failure (a failed activity, inline step or child,
-    #: or the run's own FAILED end).
+    #: The run's last failure (a failed activity, inline step or child, or the run's own
+    #: FAILED end; in a turn with several, the first: the activity that failed the run).
     LAST_FAILURE = "LAST_FAILURE"
     #: The first turn: only the start is kept, everything is done again.
     FIRST_TURN = "FIRST_TURN"

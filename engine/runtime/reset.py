@@ -65,9 +65,9 @@ def resolve_point(events: Sequence[HistoryEvent], target: ResetTarget, sequence:
     if target is ResetTarget.FIRST_TURN:
         return _start_of(events).sequence
     if target is ResetTarget.LAST_FAILURE:
-        for event in reversed(events):
-            if _is_failure(event.body):
-                return event.sequence
+        failure = next((e for e in reversed(events) if _is_failure(e.body)), None)
+        if failure is not None:
+            return _first_failure_of_turn(events, failure)
         raise InvalidResetPointError(
             f"the current run (events {first}-{last}) has no failure to reset to; "
             f"reset to a sequence number (--to SEQ) or to the first turn"
@@ -128,6 +128,16 @@ def _turn_start(events: Sequence[HistoryEvent], point: int) -> int:
         if type(event.body) is TurnStarted:
             start = event.sequence
     return start
+
+
+def _first_failure_of_turn(events: Sequence[HistoryEvent], last: HistoryEvent) -> int:
+    """The failure that began the turn's trouble: a run that failed because an activity
+    did is reset to the activity's failure (so the activity runs again), not to the end."""
+    turn = _turn_start(events, last.sequence)
+    for event in events:
+        if turn <= event.sequence and _is_failure(event.body):
+            return event.sequence
+    return last.sequence
 
 
 def _is_failure(body: EventBody) -> bool:

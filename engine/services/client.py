@@ -404,6 +404,23 @@ class WorkflowClient:
         outcome = waiters.wait(request_id, future, self.outcome_timeout_s, what)
         return raise_for_refusal(outcome)
 
+    def send_expecting(self, command: Message) -> Future[CommandOutcome] | None:
+        """Write one command without flushing or waiting, and return the future of its
+        answer (None without an outcome reader or a request id): bulk senders keep many
+        commands in flight and collect the answers at the end."""
+        request_id: str = getattr(command, "request_id", "")
+        if not request_id or self.outcomes is None:
+            self._write(command, False)
+            return None
+        waiters = self.outcomes()
+        future = waiters.expect(request_id)
+        try:
+            self._write(command, False)
+        except BaseException:
+            waiters.forget(request_id)
+            raise
+        return future
+
     def _write(self, command: Message, flush: bool) -> None:
         self.sink.send(command.instance_id.encode("utf-8"), encode_message(command))
         if flush:

@@ -84,6 +84,10 @@ def on_start(b: Batch, msg: StartWorkflow, now_ms: int) -> Verdict:
     limit_refusal = _limit_refusal(b, msg)
     if limit_refusal is not None:
         return limit_refusal
+    if meta.exists and item.inbox:
+        # events this batch queued before the start (a termination, say) apply first, so
+        # the ID-reuse policy judges the instance as the records before it left it
+        step_instance(b, item, now_ms)
     if meta.exists:
         refusal = _reuse_refusal(b, item, msg, now_ms)
         if refusal is not None:
