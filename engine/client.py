@@ -355,6 +355,13 @@ class Client:
         processor's answer (bulk operations keep many in flight). ``flush()`` writes them."""
         return self._service.send_expecting(command)
 
+    def answer(
+        self, request_id: str, future: Future[CommandOutcome], timeout_s: float
+    ) -> CommandOutcome:
+        """The answer of a :meth:`send_expecting` command (a refusal is returned, not
+        raised); CommandTimeoutError when none came within ``timeout_s``."""
+        return self._service.answer(request_id, future, timeout_s)
+
     # --- reads ------------------------------------------------------------------------------
 
     def get(self, instance_id: str) -> InstanceState | None:

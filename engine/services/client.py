@@ -421,6 +421,14 @@ class WorkflowClient:
             raise
         return future
 
+    def answer(
+        self, request_id: str, future: Future[CommandOutcome], timeout_s: float
+    ) -> CommandOutcome:
+        """The answer a :meth:`send_expecting` future brings (refusals included, not
+        raised); :class:`CommandTimeoutError` when none came within ``timeout_s``."""
+        assert self.outcomes is not None  # a future exists only with an outcome reader
+        return self.outcomes().wait(request_id, future, timeout_s, f"command {request_id}")
+
     def _write(self, command: Message, flush: bool) -> None:
         self.sink.send(command.instance_id.encode("utf-8"), encode_message(command))
         if flush:
