@@ -229,9 +229,11 @@ class CommandPort(Protocol):
     def flush(self) -> None: ...
 
 
-#: Commands written between two saves of the position (each save follows a flush, so a
-#: saved position never names a command that did not reach the broker).
+#: The position is saved after this many commands or this many seconds, whichever comes
+#: first; each save follows a flush, so a saved position never names a command that did
+#: not reach the broker (a crash repeats at most the commands since the last save).
 SAVE_EVERY = 50
+SAVE_EVERY_S = 1.0
 
 
 @dataclass(slots=True)
@@ -313,7 +315,7 @@ class BulkJob:
     ) -> list[tuple[str, Future[CommandOutcome]]]:
         futures: list[tuple[str, Future[CommandOutcome]]] = []
         pace = _Pace(self.rate, self._clock, self._sleep)
-        shown = self._clock()
+        shown = saved = self._clock()
         for index, instance_id in enumerate(todo, 1):
             pace.wait()
             rid = request_id(self.job_id, instance_id)
@@ -322,7 +324,9 @@ class BulkJob:
             if future is not None:
                 futures.append((rid, future))
             summary.sent += 1
-            if index % SAVE_EVERY == 0 or index == len(todo):
+            due = self._clock() - saved >= SAVE_EVERY_S
+            if due or index % SAVE_EVERY == 0 or index == len(todo):
+                saved = self._clock()
                 self.port.flush()
                 self.position.save(self.spec, instance_id, sent_before + summary.sent)
             if self._clock() - shown >= 1.0 or index == len(todo):
