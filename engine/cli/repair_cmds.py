@@ -12,7 +12,8 @@ import argparse
 import re
 import sys
 import time
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from engine.cli import SubParsers
@@ -47,12 +48,22 @@ def _sequence(text: str) -> int:
     return int(text)
 
 
-def _moment(text: str) -> int:
+@dataclass(frozen=True, slots=True)
+class _Moment:
+    """A time option: absolute (epoch ms) or a duration before the job's start."""
+
+    epoch_ms: int | None = None
+    ago_ms: int = 0
+
+    def resolve(self, now_ms: int) -> int:
+        return self.epoch_ms if self.epoch_ms is not None else now_ms - self.ago_ms
+
+
+def _moment(text: str) -> _Moment:
     """An ISO 8601 time (UTC unless it says otherwise) or a duration ago (30m, 2h, 7d)."""
     ago = _AGO.match(text)
     if ago:
-        seconds = float(ago.group(1)) * _UNITS[ago.group(2)]
-        return int((datetime.now(UTC) - timedelta(seconds=seconds)).timestamp() * 1000)
+        return _Moment(ago_ms=int(float(ago.group(1)) * _UNITS[ago.group(2)] * 1000))
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
@@ -61,7 +72,7 @@ def _moment(text: str) -> int:
             f"got {text!r}"
         ) from None
     when = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
+    return _Moment(int(when.timestamp() * 1000))
 
 
 def _rate(text: str) -> float:
@@ -230,40 +241,55 @@ def _add_filters(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def _filter(args: argparse.Namespace) -> BulkFilter:
+def _filter(args: argparse.Namespace, now_ms: int) -> BulkFilter:
+    """The filter the options give; relative times count back from ``now_ms``."""
+
+    def at(moment: _Moment | None) -> int | None:
+        return None if moment is None else moment.resolve(now_ms)
+
     return BulkFilter(
         statuses=tuple(RuntimeStatus(s) for s in args.status or ()),
         name=args.name,
         version=args.version,
-        created_before=args.created_before,
-        created_after=args.created_after,
-        ended_before=args.ended_before,
-        ended_after=args.ended_after,
+        created_before=at(args.created_before),
+        created_after=at(args.created_after),
+        ended_before=at(args.ended_before),
+        ended_after=at(args.ended_after),
     )
 
 
 def _bulk(args: argparse.Namespace) -> int:
-    spec = JobSpec(
-        args.operation,
-        _filter(args),
-        args.reason,
-        args.reset_to or ResetTarget.LAST_FAILURE.value,
-    )
     job_id = args.job_id or f"{args.operation}-{time.strftime('%Y%m%dT%H%M%S')}"
+    position = PositionFile(args.state_dir, job_id)
+    saved = None if args.dry_run else position.load()
+    # a resumed job resolves "7d" against its own start, so it matches what it matched
+    now_ms = saved.started_ms if saved is not None else int(time.time() * 1000)
+    reset_to = args.reset_to or ResetTarget.LAST_FAILURE.value
+    spec = JobSpec(args.operation, _filter(args, now_ms), args.reason, reset_to)
     with Client.from_settings(connected_settings(args), timeout=args.timeout) as client:
         statuses = [state.raw for state in client.list_instances()]
         if args.dry_run:
-            ids = spec.filter.matching(statuses)
-            print(f"{len(ids)} instances match; a run would send {args.operation} to each")
-            for instance_id in ids[:10]:
-                print(f"  {instance_id}")
-            if len(ids) > 10:
-                print(f"  ... {len(ids) - 10} more")
-            return 0
-        position = PositionFile(args.state_dir, job_id)
+            return _dry_run(args.operation, spec.filter.matching(statuses))
         print(f"bulk {args.operation} {job_id}: position in {position.path}", file=sys.stderr)
-        job = BulkJob(job_id, spec, client, position, rate=args.rate, progress=sys.stderr)
+        job = BulkJob(
+            job_id,
+            spec,
+            client,
+            position,
+            started_ms=now_ms,
+            rate=args.rate,
+            progress=sys.stderr,
+        )
         summary = job.run(statuses, args.timeout)
     for line in summary.lines():
         print(line)
     return EXIT_TIMEOUT if summary.timed_out else 0
+
+
+def _dry_run(operation: str, ids: list[str]) -> int:
+    print(f"{len(ids)} instances match; a run would send {operation} to each")
+    for instance_id in ids[:10]:
+        print(f"  {instance_id}")
+    if len(ids) > 10:
+        print(f"  ... {len(ids) - 10} more")
+    return 0

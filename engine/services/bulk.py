@@ -52,6 +52,7 @@ __all__ = [
     "BulkFilter",
     "BulkJob",
     "JobSpec",
+    "Position",
     "PositionFile",
     "Summary",
     "request_id",
@@ -180,8 +181,20 @@ class JobSpec:
 # --- the position -----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a job is: its spec, the last instance id it handled, how many commands it
+    sent, and when it started (epoch ms: relative times like ``7d`` are resolved against
+    it, so a resumed job matches what it matched before)."""
+
+    spec: JobSpec
+    last: str
+    sent: int
+    started_ms: int
+
+
 class PositionFile:
-    """A job's spec and its last handled instance id, in ``<dir>/<job id>.json``."""
+    """A job's :class:`Position`, in ``<dir>/<job id>.json``."""
 
     def __init__(self, directory: Path, job_id: str) -> None:
         if not job_id or any(c in job_id for c in "/\\\x00") or job_id.startswith("."):
@@ -190,11 +203,12 @@ class PositionFile:
             )
         self.path = directory / f"{job_id}.json"
 
-    def load(self) -> tuple[JobSpec, str, int] | None:
-        """(spec, last instance id handled, commands sent), or None for a new job."""
+    def load(self) -> Position | None:
+        """The saved position, or None for a new job."""
         try:
             data = json.loads(self.path.read_text())
-            return JobSpec.from_json(data["spec"]), str(data["last"]), int(data["sent"])
+            spec = JobSpec.from_json(data["spec"])
+            return Position(spec, str(data["last"]), int(data["sent"]), int(data["started_ms"]))
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError) as exc:
@@ -203,12 +217,18 @@ class PositionFile:
                 f"the job over (its request ids keep done commands from applying twice)"
             ) from exc
 
-    def save(self, spec: JobSpec, last: str, sent: int) -> None:
+    def save(self, position: Position) -> None:
         """Replace the file atomically (a crash leaves the old or the new position)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
+        data = {
+            "spec": position.spec.to_json(),
+            "last": position.last,
+            "sent": position.sent,
+            "started_ms": position.started_ms,
+        }
         with tmp.open("w") as out:
-            json.dump({"spec": spec.to_json(), "last": last, "sent": sent}, out)
+            json.dump(data, out)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, self.path)
@@ -278,6 +298,7 @@ class BulkJob:
         port: CommandPort,
         position: PositionFile,
         *,
+        started_ms: int = 0,
         rate: float = 0.0,
         progress: TextIO | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -287,6 +308,7 @@ class BulkJob:
         self.spec = spec
         self.port = port
         self.position = position
+        self.started_ms = started_ms
         self.rate = rate
         self.progress = progress
         self._clock = clock
@@ -296,13 +318,13 @@ class BulkJob:
         saved = self.position.load()
         last, sent_before = "", 0
         if saved is not None:
-            if saved[0] != self.spec:
+            if saved.spec != self.spec:
                 raise ConfigurationError(
                     f"job {self.job_id!r} was started with other options "
-                    f"({json.dumps(saved[0].to_json())}); resume it with the same options "
+                    f"({json.dumps(saved.spec.to_json())}); resume it with the same options "
                     f"or choose a new --job-id"
                 )
-            _, last, sent_before = saved
+            last, sent_before, self.started_ms = saved.last, saved.sent, saved.started_ms
         ids = self.spec.filter.matching(statuses)
         todo = [i for i in ids if i > last]
         summary = Summary(matched=len(ids), skipped=len(ids) - len(todo))
@@ -328,7 +350,8 @@ class BulkJob:
             if due or index % SAVE_EVERY == 0 or index == len(todo):
                 saved = self._clock()
                 self.port.flush()
-                self.position.save(self.spec, instance_id, sent_before + summary.sent)
+                sent = sent_before + summary.sent
+                self.position.save(Position(self.spec, instance_id, sent, self.started_ms))
             if self._clock() - shown >= 1.0 or index == len(todo):
                 shown = self._clock()
                 self._show(f"{index}/{len(todo)} sent, last {instance_id}")

@@ -13,7 +13,14 @@ from engine import Registry, WorkflowContext
 from engine.core.errors import ConfigurationError
 from engine.core.history import RuntimeStatus
 from engine.core.messages import InstanceStatus
-from engine.services.bulk import BulkFilter, BulkJob, JobSpec, PositionFile, request_id
+from engine.services.bulk import (
+    BulkFilter,
+    BulkJob,
+    JobSpec,
+    Position,
+    PositionFile,
+    request_id,
+)
 from engine.testing import TestEngine
 
 registry = Registry()
@@ -65,14 +72,14 @@ def test_terminate_every_running_instance_of_a_workflow(env: TestEngine, tmp_pat
 def test_a_job_resumes_after_its_saved_position(env: TestEngine, tmp_path: Path) -> None:
     ids = _start(env, 6)
     spec = JobSpec("suspend", BulkFilter((RuntimeStatus.RUNNING,)))
-    PositionFile(tmp_path, "j").save(spec, ids[2], 3)  # a run that died after the third
+    PositionFile(tmp_path, "j").save(Position(spec, ids[2], 3, 7))  # died after the third
     summary = _job(env, tmp_path, spec).run(_statuses(env), 30)
     assert (summary.matched, summary.skipped, summary.sent) == (6, 3, 3)
     env.run()
     assert [env.get(i).status for i in ids] == (  # type: ignore[union-attr]
         [RuntimeStatus.RUNNING] * 3 + [RuntimeStatus.SUSPENDED] * 3
     )
-    assert PositionFile(tmp_path, "j").load() == (spec, ids[-1], 6)
+    assert PositionFile(tmp_path, "j").load() == Position(spec, ids[-1], 6, 7)
 
 
 def test_a_job_run_again_without_its_position_applies_nothing_twice(
@@ -109,7 +116,7 @@ def test_bulk_reset_to_the_first_turn(env: TestEngine, tmp_path: Path) -> None:
 
 
 def test_a_resume_with_other_options_is_refused(env: TestEngine, tmp_path: Path) -> None:
-    PositionFile(tmp_path, "j").save(JobSpec("terminate"), "x", 1)
+    PositionFile(tmp_path, "j").save(Position(JobSpec("terminate"), "x", 1, 0))
     with pytest.raises(ConfigurationError, match="started with other options"):
         _job(env, tmp_path, JobSpec("suspend")).run([], 30)
 
