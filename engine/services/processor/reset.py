@@ -109,7 +109,7 @@ def _current_run(b: Batch, item: Loaded) -> list[HistoryEvent] | Verdict:
     if meta.status is None or meta.instance_id.startswith(SLOTS_PREFIX):
         return refused("InstanceNotFoundError", f"no instance {meta.instance_id}")
     rows = b.tables.history(meta.instance_id, meta.generation_start)
-    if not rows:
+    if not rows or meta.status is RuntimeStatus.PENDING:
         reason = (
             f"instance {meta.instance_id} is {meta.status.value} and has no history yet "
             f"(it waits for its start); terminate it or wait until it runs"

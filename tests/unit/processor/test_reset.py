@@ -306,6 +306,16 @@ def test_rerun_into_a_running_instance_is_refused(env: TestEngine) -> None:
         env.rerun("one", "busy")
 
 
+def test_reset_of_a_scheduled_instance_is_refused(env: TestEngine) -> None:
+    _finish_steps(env, "sched")
+    env.wait_for_completion("sched")
+    later = env.now() + timedelta(hours=1)
+    env.start("steps", 1, instance_id="sched", start_at=later)
+    env.run()
+    with pytest.raises(InvalidResetPointError, match="waits for its start"):
+        env.reset("sched", ResetTarget.FIRST_TURN)
+
+
 def test_a_negative_point_is_refused_by_the_client(env: TestEngine) -> None:
     with pytest.raises(ValueError, match="negative"):
         env.reset("x", -1)
