@@ -32,6 +32,8 @@ from engine.core.history import (
 from engine.core.messages import ActivityResult, ResetTarget
 from engine.core.payloads import to_payload
 from engine.runtime.executor import WorkflowExecution
+from engine.services.audit.chain import verify_records
+from engine.services.audit.replay import ReplayChecker
 from engine.testing import TestEngine
 
 registry = Registry()
@@ -236,6 +238,20 @@ def test_every_run_of_a_reset_replays_cold(env: TestEngine) -> None:
         execution = WorkflowExecution(registry, "r")
         execution.replay([e for e in history if e.generation == generation])
         assert execution.status is RuntimeStatus.COMPLETED
+
+
+def test_a_reset_history_verifies_and_passes_the_replay_check(env: TestEngine) -> None:
+    _finish_steps(env, "audit")
+    env.wait_for_completion("audit")
+    env.reset("audit", _sequence_of(env, "audit", EventRaised), "audited")
+    env.wait_for_completion("audit")
+    raw = [r.value for r in env.records(env.topics.history) if r.key == b"audit"]
+    chain = verify_records([(None, value) for value in raw if value is not None])
+    assert [result.ok for result in chain] == [True]
+    checker = ReplayChecker(registry)
+    checker.feed_all(env.history("audit"))
+    report = checker.finish()
+    assert report.ok and report.generations == 2
 
 
 # --- rerun ----------------------------------------------------------------------------------------

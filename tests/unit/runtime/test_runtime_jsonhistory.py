@@ -20,6 +20,7 @@ from engine.core.history import (
     EventSent,
     ExecutionCancelRequested,
     ExecutionCompleted,
+    ExecutionReset,
     ExecutionResumed,
     ExecutionStarted,
     ExecutionSuspended,
@@ -65,6 +66,7 @@ BODIES = [
     TurnStarted(77),
     ActivityCancelRequested(4, 2),
     ExecutionCancelRequested("parent closed"),
+    ExecutionReset(12, "redo the charge", "req-1", "source-1"),
 ]
 
 
