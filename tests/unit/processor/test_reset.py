@@ -218,6 +218,20 @@ def test_a_child_the_kept_turns_wait_for_is_started_again(env: TestEngine) -> No
     assert (state.output, state.generation) == (4, 1)
 
 
+def test_a_recursive_terminate_after_a_reset_reaches_the_restarted_child(
+    env: TestEngine,
+) -> None:
+    env.start("parent", 1, instance_id="p2")
+    env.run()
+    env.reset("p2", 0, "restart")  # from the first turn: the child starts again
+    env.run()
+    assert env.get("kid").generation == 1  # type: ignore[union-attr]
+    env.terminate("p2", "stop all", recursive=True)
+    env.run()
+    kid = env.get("kid")
+    assert kid is not None and (kid.status, kid.generation) == (RuntimeStatus.TERMINATED, 1)
+
+
 def test_the_same_reset_request_is_applied_once(env: TestEngine) -> None:
     _finish_steps(env, "d")
     env.wait_for_completion("d")
