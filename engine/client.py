@@ -39,7 +39,13 @@ from engine.config.settings import Settings, load_settings
 from engine.config.topics import topic_names
 from engine.core.errors import InstanceFailedError, WaitTimeoutError
 from engine.core.history import RuntimeStatus
-from engine.core.messages import CommandOutcome, IdReusePolicy, InstanceStatus
+from engine.core.messages import (
+    CommandOutcome,
+    IdReusePolicy,
+    InstanceStatus,
+    Message,
+    ResetTarget,
+)
 from engine.core.typed import convert, return_type
 from engine.runtime.registry import Registry
 from engine.services.client import (
@@ -61,6 +67,7 @@ __all__ = [
     "IdReusePolicy",
     "InstancePage",
     "InstanceState",
+    "ResetTarget",
     "RuntimeStatus",
     "WorkflowHandle",
 ]
@@ -318,6 +325,38 @@ class Client(ScheduleMethods):
         it runs)."""
         return self._service.purge(instance_id, request_id=request_id, wait=wait)
 
+    def reset(
+        self,
+        instance_id: str,
+        to: int | ResetTarget,
+        reason: str = "",
+        *,
+        request_id: str | None = None,
+        wait: bool = True,
+    ) -> CommandOutcome | None:
+        """Start a new run (the next generation) of the instance from its current run's
+        history up to ``to``: a sequence number (``turnstile history show``), or
+        ``ResetTarget.LAST_FAILURE`` / ``ResetTarget.FIRST_TURN``. The turns before the
+        point are reused, the rest is done again; ``reason`` is recorded in history.
+        Refused with ``InvalidResetPointError`` for a point the run does not have."""
+        return self._service.reset(instance_id, to, reason, request_id=request_id, wait=wait)
+
+    def rerun(
+        self,
+        instance_id: str,
+        new_id: str,
+        to: int | ResetTarget = ResetTarget.FIRST_TURN,
+        reason: str = "",
+        *,
+        request_id: str | None = None,
+        wait: bool = True,
+    ) -> CommandOutcome | None:
+        """As :meth:`reset`, but the new run is a new instance ``new_id`` (an unused id or
+        one whose run ended); the source instance is left as it is."""
+        return self._service.reset(
+            instance_id, to, reason, new_instance_id=new_id, request_id=request_id, wait=wait
+        )
+
     def retry(
         self, instance_id: str, *, request_id: str | None = None, wait: bool = True
     ) -> CommandOutcome | None:
@@ -330,6 +369,18 @@ class Client(ScheduleMethods):
 
     def _schedule_client(self) -> ScheduleClient:
         return ScheduleClient(self._start_reader())
+
+    def send_expecting(self, command: Message) -> Future[CommandOutcome] | None:
+        """Write a command record without flushing or waiting; the future resolves to the
+        processor's answer (bulk operations keep many in flight). ``flush()`` writes them."""
+        return self._service.send_expecting(command)
+
+    def answer(
+        self, request_id: str, future: Future[CommandOutcome], timeout_s: float
+    ) -> CommandOutcome:
+        """The answer of a :meth:`send_expecting` command (a refusal is returned, not
+        raised); CommandTimeoutError when none came within ``timeout_s``."""
+        return self._service.answer(request_id, future, timeout_s)
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -628,6 +679,21 @@ class AsyncClient:
 
     async def list_schedules(self) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self.sync.list_schedules)
+
+    async def reset(
+        self, instance_id: str, to: int | ResetTarget, reason: str = "", **options: Any
+    ) -> CommandOutcome | None:
+        return await asyncio.to_thread(self.sync.reset, instance_id, to, reason, **options)
+
+    async def rerun(
+        self,
+        instance_id: str,
+        new_id: str,
+        to: int | ResetTarget = ResetTarget.FIRST_TURN,
+        reason: str = "",
+        **options: Any,
+    ) -> CommandOutcome | None:
+        return await asyncio.to_thread(self.sync.rerun, instance_id, new_id, to, reason, **options)
 
     async def get(self, instance_id: str) -> InstanceState | None:
         return await asyncio.to_thread(self.sync.get, instance_id)

@@ -37,6 +37,7 @@ from engine.core.messages import (
     IdReusePolicy,
     InstanceStatus,
     Message,
+    ResetTarget,
     SlotOp,
 )
 from engine.core.payloads import Payload
@@ -84,6 +85,7 @@ _ENUMS: dict[str, type[Enum]] = {
     "SlotOp": SlotOp,
     "OverlapPolicy": OverlapPolicy,
     "ScheduleOp": ScheduleOp,
+    "ResetTarget": ResetTarget,
 }
 
 #: The Command envelope: its ``instance_id`` is lifted into the body, which is the message.

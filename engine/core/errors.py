@@ -275,6 +275,20 @@ class ScheduleDefinitionError(ScheduleRefusedError):
     """The processor found the schedule's definition unusable (see ScheduleSpecError)."""
 
 
+# --- reset and rerun --------------------------------------------------------------------------
+
+
+class InvalidResetPointError(CommandRefusedError):
+    """A reset or rerun named a point its instance's current run does not have (a sequence
+    number before the run's start or past its last event, a last failure in a run that has
+    none), or an instance that has not started; nothing was changed."""
+
+
+class RerunTooLargeError(CommandRefusedError):
+    """A rerun's history is more than one record can carry to the new instance id (it
+    travels on instance-messages); reset in place instead, or raise max_record_bytes."""
+
+
 class WaitTimeoutError(TurnstileError):
     """A client wait (for start, for completion) ran out of time."""
 

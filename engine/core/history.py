@@ -290,6 +290,23 @@ class PatchMarker(EventBody):
     deprecated: bool = False
 
 
+# --- reset (engine reset / rerun) ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionReset(EventBody):
+    """This generation is a reset: a new run built from an earlier run's history up to
+    ``from_sequence`` (that run's events before the turn holding it were copied in front
+    of this event and are reused; from there on the code runs again). For a rerun,
+    ``source_instance_id`` names the instance the history came from ("": this one)."""
+
+    KIND: ClassVar[str] = "ExecutionReset"
+    from_sequence: int
+    reason: str = ""
+    request_id: str = ""
+    source_instance_id: str = ""
+
+
 EVENT_TYPES: tuple[type[EventBody], ...] = (
     ExecutionStarted,
     ExecutionCompleted,
@@ -316,6 +333,7 @@ EVENT_TYPES: tuple[type[EventBody], ...] = (
     ExecutionCancelRequested,
     TagsUpserted,
     PatchMarker,
+    ExecutionReset,
 )
 
 

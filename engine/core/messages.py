@@ -113,6 +113,39 @@ class SignalWithStart(Message):
     event_input: Payload | None = None
 
 
+# --- reset and rerun ------------------------------------------------------------------------
+
+
+class ResetTarget(StrEnum):
+    """Where a :class:`ResetWorkflow` starts the new run from."""
+
+    #: The turn holding event ``sequence`` of the current run.
+    SEQUENCE = "SEQUENCE"
+    #: The run's last failure (a failed activity, inline step or child, or the run's own
+    #: FAILED end; in a turn with several, the first: the activity that failed the run).
+    LAST_FAILURE = "LAST_FAILURE"
+    #: The first turn: only the start is kept, everything is done again.
+    FIRST_TURN = "FIRST_TURN"
+
+
+@dataclass(frozen=True, slots=True)
+class ResetWorkflow(Message):
+    """Start a new run of the instance from its current run's history up to a point.
+
+    The events before the turn that holds the point are kept (their results are reused),
+    everything from there on is done again by the code; events raised after the point are
+    delivered again. With ``new_instance_id`` (a rerun) the new run is a new instance and
+    the source keeps running as it was.
+    """
+
+    KIND: ClassVar[str] = "ResetWorkflow"
+    target: ResetTarget = ResetTarget.SEQUENCE
+    sequence: int = 0
+    reason: str = ""
+    request_id: str = ""
+    new_instance_id: str = ""
+
+
 COMMAND_TYPES: tuple[type[Message], ...] = (
     StartWorkflow,
     RaiseEvent,
@@ -121,6 +154,7 @@ COMMAND_TYPES: tuple[type[Message], ...] = (
     ResumeWorkflow,
     PurgeWorkflow,
     SignalWithStart,
+    ResetWorkflow,
 )
 
 
@@ -173,11 +207,29 @@ class ScheduleCommand(Message):
 #: Commands on the commands topic beyond the instance commands of COMMAND_TYPES.
 ENGINE_COMMAND_TYPES: tuple[type[Message], ...] = (ScheduleCommand,)
 
+
+@dataclass(frozen=True, slots=True)
+class RerunFrom(Message):
+    """Between instances only: the second half of a rerun. The source instance sends the
+    history it keeps (``history``: its events up to the reset point, each a single-object
+    ``HistoryEvent`` record) to the new instance id, which starts its run from them and
+    answers the rerun's request."""
+
+    KIND: ClassVar[str] = "RerunFrom"
+    source_instance_id: str = ""
+    from_sequence: int = 0
+    reason: str = ""
+    request_id: str = ""
+    history: list[bytes] = field(default_factory=list)
+
+
 COMMAND_BODY_TYPES: tuple[type[Message], ...] = (
-    *COMMAND_TYPES,
+    *(t for t in COMMAND_TYPES if t is not ResetWorkflow),
     CancelWorkflow,
     ConcurrencySlot,
     *ENGINE_COMMAND_TYPES,
+    ResetWorkflow,
+    RerunFrom,
 )
 """Every branch of the Command union (the commands topic accepts only COMMAND_TYPES)."""
 

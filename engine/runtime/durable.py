@@ -266,6 +266,11 @@ class ActivityCall(Task[Any]):
             heartbeat_details=self.heartbeat_details,
         )
 
+    def reissue(self) -> ScheduleActivity | None:
+        """The task of the attempt that runs now, to send again for a new run built from
+        this history (a reset); None between attempts or once finished."""
+        return self._schedule_action() if self.phase == RUNNING and not self.done() else None
+
     def check_result(self, attempt: int) -> str | None:
         """*apply*: why a result for ``attempt`` cannot be applied (None if it can)."""
         if self.phase == RUNNING and attempt == self.attempt:

@@ -47,6 +47,7 @@ from engine.core.errors import (
 )
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.history import (
+    ChildWorkflowCreated,
     ContinuedAsNew,
     EventBody,
     EventRaised,
@@ -63,10 +64,13 @@ from engine.core.messages import InstanceStatus
 from engine.core.payloads import Payload
 from engine.core.typed import convert, parameter_type
 from engine.runtime.actions import (
+    Action,
     CancelTimer,
     CompleteExecution,
     ContinueAsNew,
+    CreateTimer,
     Rejected,
+    StartChild,
     TerminateChildren,
     TurnResult,
     close_children,
@@ -74,6 +78,7 @@ from engine.runtime.actions import (
 from engine.runtime.cancel import is_cancelled
 from engine.runtime.context import WorkflowContext
 from engine.runtime.driver import DEFAULT_STEP_BUDGET, Fiber, run_ready
+from engine.runtime.durable import ActivityCall
 from engine.runtime.fastjson import decode, encode
 from engine.runtime.generation import Generation
 from engine.runtime.handlers import INBOUND, RECORDED, deliver_event
@@ -252,6 +257,43 @@ class WorkflowExecution:
         if gen is None or self._status in _ENDED:
             return {}
         return {task_id: timer.fire_at_ms for task_id, timer in gen.timers.items()}
+
+    def open_work(self) -> list[Action]:
+        """What the current generation waits for from outside, as the actions that ask for
+        it: the running attempt of each activity, each pending timer, each running child.
+        A reset sends them again for its new run: nothing was sent for that generation."""
+        gen = self._gen
+        if gen is None or self._status in _ENDED:
+            return []
+        work: list[Action] = []
+        for task in gen.tasks.values():
+            if isinstance(task, ActivityCall):
+                attempt = task.reissue()
+                if attempt is not None:
+                    work.append(attempt)
+        work += [
+            CreateTimer(t.task_id, t.fire_at_ms, generation=gen.number) for t in gen.timers.values()
+        ]
+        created = {
+            e.body.task_id: e.body
+            for e in self._journal.events
+            if isinstance(e.body, ChildWorkflowCreated)
+        }
+        for task_id, child in gen.children.items():
+            body = created.get(task_id)
+            if body is not None:
+                work.append(
+                    StartChild(
+                        task_id,
+                        child.instance_id,
+                        body.name,
+                        body.version,
+                        body.input,
+                        child.policy,
+                        generation=gen.number,
+                    )
+                )
+        return work
 
     @property
     def history(self) -> Sequence[HistoryEvent]:

@@ -20,6 +20,7 @@ from engine.core.history import (
     EventRaised,
     ExecutionCancelRequested,
     ExecutionCompleted,
+    ExecutionReset,
     ExecutionResumed,
     ExecutionStarted,
     ExecutionSuspended,
@@ -189,6 +190,13 @@ def on_resumed(ex: EventTarget, body: ExecutionResumed) -> str | None:
     return None
 
 
+def on_reset(ex: EventTarget, body: ExecutionReset) -> str | None:
+    """A reset's marker: the run before it was copied from an earlier run; nothing in
+    the code's state changes (the events around it do that)."""
+    ex.journal_inbound(body)
+    return None
+
+
 def on_recorded_end(ex: EventTarget, body: ExecutionCompleted) -> str | None:
     """Replay only: the ExecutionCompleted that a termination appended."""
     if body.status is RuntimeStatus.TERMINATED and ex.status is RuntimeStatus.TERMINATED:
@@ -208,6 +216,7 @@ INBOUND: dict[type[EventBody], InboundHandler] = {
     ExecutionSuspended: on_suspended,
     ExecutionResumed: on_resumed,
     ExecutionCancelRequested: on_cancel_requested,
+    ExecutionReset: on_reset,
 }
 """Events the processor may offer to an instance in a turn."""
 

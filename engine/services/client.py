@@ -35,6 +35,8 @@ from engine.core.messages import (
     Message,
     PurgeWorkflow,
     RaiseEvent,
+    ResetTarget,
+    ResetWorkflow,
     ResumeWorkflow,
     SignalWithStart,
     StartWorkflow,
@@ -421,6 +423,31 @@ class WorkflowClient:
         outcome = waiters.wait(request_id, future, self.outcome_timeout_s, what)
         return raise_for_refusal(outcome)
 
+    def send_expecting(self, command: Message) -> Future[CommandOutcome] | None:
+        """Write one command without flushing or waiting, and return the future of its
+        answer (None without an outcome reader or a request id): bulk senders keep many
+        commands in flight and collect the answers at the end."""
+        request_id: str = getattr(command, "request_id", "")
+        if not request_id or self.outcomes is None:
+            self._write(command, False)
+            return None
+        waiters = self.outcomes()
+        future = waiters.expect(request_id)
+        try:
+            self._write(command, False)
+        except BaseException:
+            waiters.forget(request_id)
+            raise
+        return future
+
+    def answer(
+        self, request_id: str, future: Future[CommandOutcome], timeout_s: float
+    ) -> CommandOutcome:
+        """The answer a :meth:`send_expecting` future brings (refusals included, not
+        raised); :class:`CommandTimeoutError` when none came within ``timeout_s``."""
+        assert self.outcomes is not None  # a future exists only with an outcome reader
+        return self.outcomes().wait(request_id, future, timeout_s, f"command {request_id}")
+
     def _write(self, command: Message, flush: bool) -> None:
         self.sink.send(command.instance_id.encode("utf-8"), encode_message(command))
         if flush:
@@ -567,6 +594,22 @@ class WorkflowClient:
         """Remove an ended instance's state and status (refused while it runs)."""
         return self.send(PurgeWorkflow(instance_id, _request_id(request_id)), wait=wait)
 
+    def reset(
+        self,
+        instance_id: str,
+        to: int | ResetTarget,
+        reason: str = "",
+        *,
+        new_instance_id: str = "",
+        request_id: str | None = None,
+        wait: bool = True,
+    ) -> CommandOutcome | None:
+        """Start a new run from the current run's history up to ``to`` (a sequence
+        number, or ``ResetTarget.LAST_FAILURE`` / ``FIRST_TURN``); with
+        ``new_instance_id``, into that instance instead (a rerun)."""
+        command = reset_command(instance_id, to, reason, new_instance_id, _request_id(request_id))
+        return self.send(command, wait=wait)
+
     # --- reads ------------------------------------------------------------------------------
 
     def get(self, instance_id: str) -> InstanceStatus | None:
@@ -641,6 +684,21 @@ class WorkflowClient:
             else "wait longer (a larger timeout) or look at it with 'turnstile status'"
         )
         return f"instance {instance_id!r} did not {what} within {timeout}s ({seen}); {hint}"
+
+
+def reset_command(
+    instance_id: str, to: int | ResetTarget, reason: str, new_instance_id: str, request_id: str
+) -> ResetWorkflow:
+    """The ResetWorkflow record for a point given as a sequence number or a target."""
+    if isinstance(to, bool) or not isinstance(to, int | ResetTarget):
+        raise TypeError(f"reset point must be a sequence number (int) or a ResetTarget, not {to!r}")
+    if isinstance(to, ResetTarget):
+        target, sequence = to, 0
+    else:
+        if to < 0:
+            raise ValueError(f"reset point {to} is negative: sequence numbers start at 0")
+        target, sequence = ResetTarget.SEQUENCE, to
+    return ResetWorkflow(instance_id, target, sequence, reason, request_id, new_instance_id)
 
 
 def _concurrency_key(key: object) -> str:

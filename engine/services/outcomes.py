@@ -40,6 +40,8 @@ REFUSALS: dict[str, type[CommandRefusedError]] = {
         errors.ScheduleAlreadyExistsError,
         errors.ScheduleNotFoundError,
         errors.ScheduleDefinitionError,
+        errors.InvalidResetPointError,
+        errors.RerunTooLargeError,
     )
 }
 
@@ -58,6 +60,9 @@ _HINTS: dict[type[CommandRefusedError], str] = {
     errors.ScheduleAlreadyExistsError: "delete it first ('turnstile schedule delete NAME'), "
     "or choose another name",
     errors.ScheduleNotFoundError: "check the name ('turnstile schedule list')",
+    errors.InvalidResetPointError: "pick a sequence number of the current run "
+    "('turnstile history show ID' lists them)",
+    errors.RerunTooLargeError: "reset the instance in place, or raise max_record_bytes",
 }
 
 

@@ -31,7 +31,7 @@ from engine.core.errors import (
 )
 from engine.core.history import HistoryEvent
 from engine.core.keys import murmur2_partition
-from engine.core.messages import CommandOutcome, DeadLetter, IdReusePolicy, Message
+from engine.core.messages import CommandOutcome, DeadLetter, IdReusePolicy, Message, ResetTarget
 from engine.runtime.registry import Registry, default_registry
 from engine.services.client import (
     RETRY_REASON,
@@ -285,6 +285,23 @@ class TestEngine(ScheduleMethods):
 
     def purge(self, instance_id: str, **options: Any) -> CommandOutcome | None:
         return self.client.purge(instance_id, **options)
+
+    def reset(
+        self, instance_id: str, to: int | ResetTarget, reason: str = "", **options: Any
+    ) -> CommandOutcome | None:
+        """As ``Client.reset``: a new run from the history up to ``to``."""
+        return self.client.reset(instance_id, to, reason, **options)
+
+    def rerun(
+        self,
+        instance_id: str,
+        new_id: str,
+        to: int | ResetTarget = ResetTarget.FIRST_TURN,
+        reason: str = "",
+        **options: Any,
+    ) -> CommandOutcome | None:
+        """As ``Client.rerun``: the new run is the new instance ``new_id``."""
+        return self.client.reset(instance_id, to, reason, new_instance_id=new_id, **options)
 
     def retry(self, instance_id: str, **options: Any) -> CommandOutcome | None:
         """Run a parked instance again now (as ``Client.retry``: a resume)."""

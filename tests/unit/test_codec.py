@@ -105,6 +105,8 @@ def _for_hint(owner: type, name: str, hint: Any) -> st.SearchStrategy[Any]:
         return st.none() | _for_hint(owner, name, args[0])
     if typing.get_origin(hint) is dict:
         return st.dictionaries(TEXT, TEXT, max_size=3)
+    if typing.get_origin(hint) is list and typing.get_args(hint) == (bytes,):
+        return st.lists(st.binary(max_size=20), max_size=3)
     if hint is int:
         bits = 31 if INT_KINDS.get((owner.__name__, name), "long") == "int" else 63
         return st.integers(-(2**bits), 2**bits - 1) | st.integers(-70, 70)
@@ -276,6 +278,7 @@ def _sample(cls: type) -> Any:
         bytes: b"\x00\xff",
         Payload: PAYLOAD,
         FailureDetails: FAILURE,
+        list[bytes]: [b"\x00\xff"],
     }
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}

@@ -72,16 +72,18 @@ def answered(handler: CommandHandler) -> MessageHandler:
             verdict = handler(b, msg, now_ms)
         except TurnstileError as exc:  # the record goes to dead letters; still answered
             verdict = refused(type(exc).__name__, str(exc))
-            _settle(b, msg, verdict, now_ms)
+            settle(b, msg, verdict, now_ms)
             raise
-        _settle(b, msg, verdict, now_ms)
+        settle(b, msg, verdict, now_ms)
 
     run.__name__ = run.__qualname__ = handler.__name__
     run.__doc__ = handler.__doc__
     return run
 
 
-def _settle(b: Batch, msg: Any, verdict: Verdict, now_ms: int) -> None:
+def settle(b: Batch, msg: Any, verdict: Verdict, now_ms: int) -> None:
+    """Count, remember and answer a verdict (for handlers that answer only some of their
+    outcomes themselves, like a rerun's source, which answers only a refusal)."""
     b.counters.outcome(msg.KIND, verdict.result.value.lower())
     if verdict.result is CommandResult.REFUSED:
         b.counters.refuse(msg.KIND, verdict.error)

@@ -42,6 +42,8 @@ from engine.core.messages import (
     Message,
     PurgeWorkflow,
     RaiseEvent,
+    RerunFrom,
+    ResetWorkflow,
     ResumeWorkflow,
     ScheduleCommand,
     SignalWithStart,
@@ -54,7 +56,16 @@ from engine.core.payloads import Payload
 from engine.core.schedules import SCHEDULE_PREFIX
 from engine.core.tags import checked_tags
 from engine.runtime.executor import WorkflowExecution
-from engine.services.processor import keys, parking, pending, retention, schedules, slots, spans
+from engine.services.processor import (
+    keys,
+    parking,
+    pending,
+    reset,
+    retention,
+    schedules,
+    slots,
+    spans,
+)
 from engine.services.processor.batch import Batch
 from engine.services.processor.command_outcomes import (
     MessageHandler,
@@ -91,6 +102,10 @@ def on_start(b: Batch, msg: StartWorkflow, now_ms: int) -> Verdict:
     limit_refusal = _limit_refusal(b, msg)
     if limit_refusal is not None:
         return limit_refusal
+    if meta.exists and item.inbox:
+        # events this batch queued before the start (a termination, say) apply first, so
+        # the ID-reuse policy judges the instance as the records before it left it
+        step_instance(b, item, now_ms)
     if meta.exists:
         refusal = _reuse_refusal(b, item, msg, now_ms)
         if refusal is not None:
@@ -551,4 +566,6 @@ MESSAGE_HANDLERS: dict[type[Message], MessageHandler] = {
     CancelWorkflow: on_cancel,
     ConcurrencySlot: on_concurrency_slot,
     ScheduleCommand: answered(schedules.on_schedule_command),
+    ResetWorkflow: reset.on_reset_command,
+    RerunFrom: reset.on_rerun_from,
 }

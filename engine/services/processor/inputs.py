@@ -20,6 +20,7 @@ from engine.core.messages import (
     ConcurrencySlot,
     Message,
     RaiseEvent,
+    RerunFrom,
     StartWorkflow,
     TerminateWorkflow,
 )
@@ -27,7 +28,15 @@ from engine.services.records import RawRecord
 
 #: Record kinds that instances send each other on ``instance-messages``.
 INSTANCE_MESSAGE_TYPES: frozenset[type[Message]] = frozenset(
-    {StartWorkflow, RaiseEvent, ChildResult, TerminateWorkflow, CancelWorkflow, ConcurrencySlot}
+    {
+        StartWorkflow,
+        RaiseEvent,
+        ChildResult,
+        TerminateWorkflow,
+        CancelWorkflow,
+        ConcurrencySlot,
+        RerunFrom,
+    }
 )
 
 

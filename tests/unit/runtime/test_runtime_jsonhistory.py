@@ -20,6 +20,7 @@ from engine.core.history import (
     EventSent,
     ExecutionCancelRequested,
     ExecutionCompleted,
+    ExecutionReset,
     ExecutionResumed,
     ExecutionStarted,
     ExecutionSuspended,
@@ -69,6 +70,7 @@ BODIES = [
     ExecutionCancelRequested("parent closed"),
     TagsUpserted({"customer": "c-42", "tier": ""}),
     PatchMarker("fix-42", deprecated=True),
+    ExecutionReset(12, "redo the charge", "req-1", "source-1"),
 ]
 
 

@@ -1,0 +1,377 @@
+"""Reset and rerun: a new run of an instance from its current run's history up to a point.
+
+Where the history is cut and what the new run starts from is ``engine.runtime.reset``'s
+(pure). Here the processor makes the new run. A reset is a new *generation* of the same
+instance, like a continue-as-new: its history (on the history topic, after the old run's
+events) begins with copies of the kept events, restamped with the new generation and the
+next sequence numbers and chained on; then a turn whose first event is
+``ExecutionReset(from_sequence, reason, request_id)`` and whose code runs live. The copied
+turns are replayed, never re-run, so their results are reused; what the kept run still
+waited for at the cut (an activity attempt, a timer, a child) is asked for again, for the
+new generation (:meth:`WorkflowExecution.open_work`).
+
+The old run is over: its timer rows are deleted, its running activity attempts are
+cancelled on their workers, its running children get their parent-close policies (a
+child the new run waits for is started again, ``TERMINATE_IF_RUNNING``). Anything of the
+old generation that still arrives - an activity result, a child's result, a timer fire -
+fails the generation check and is dropped. Nothing the old run sent after the point is
+sent again.
+
+A rerun (``ResetWorkflow.new_instance_id``) leaves the source as it is: the source's
+partition checks the point and sends the run's events in one :class:`RerunFrom` message
+to the new id's partition (instance-messages), which makes the new run there and answers
+the client's request (the source answers only a refusal). The new instance has no parent.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from engine.codec import decode_history
+from engine.core.concurrency import SLOTS_PREFIX
+from engine.core.errors import (
+    InvalidResetPointError,
+    NonDeterminismError,
+    NotRegisteredError,
+    TurnstileError,
+)
+from engine.core.history import (
+    ExecutionReset,
+    ExecutionStarted,
+    HistoryEvent,
+    Inbound,
+    RuntimeStatus,
+)
+from engine.core.instance_row import RunningChild
+from engine.core.messages import (
+    CommandOutcome,
+    CommandResult,
+    IdReusePolicy,
+    RerunFrom,
+    ResetWorkflow,
+    StartWorkflow,
+)
+from engine.runtime import actions as act
+from engine.runtime.executor import WorkflowExecution
+from engine.runtime.reset import ResetPlan, marked, plan_reset, resolve_point
+from engine.services.processor import cancels, keys
+from engine.services.processor.batch import Batch
+from engine.services.processor.command_outcomes import (
+    Verdict,
+    accepted,
+    answered,
+    find,
+    refused,
+    remember,
+    settle,
+)
+from engine.services.processor.outcome import ACTION_HANDLERS, record_events, step_instance
+from engine.services.processor.state import Loaded
+
+log = logging.getLogger("engine.processor")
+
+__all__ = ["on_rerun_from", "on_reset_command"]
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def on_reset_command(b: Batch, msg: ResetWorkflow, now_ms: int) -> None:
+    """A reset is answered here; a rerun only when refused (the new id answers it)."""
+    if not msg.new_instance_id:
+        _answered_reset(b, msg, now_ms)
+        return
+    verdict = _forward_rerun(b, msg, now_ms)
+    if verdict is not None:
+        settle(b, msg, verdict, now_ms)
+
+
+def _reset(b: Batch, msg: ResetWorkflow, now_ms: int) -> Verdict:
+    item = b.load(msg.instance_id)
+    events = _current_run(b, item)
+    if isinstance(events, Verdict):
+        return events
+    try:
+        plan = plan_reset(events, resolve_point(events, msg.target, msg.sequence))
+    except InvalidResetPointError as exc:
+        return refused(type(exc).__name__, str(exc))
+    marker = ExecutionReset(plan.point, msg.reason, msg.request_id)
+    return new_run(b, item, plan, marker, now_ms, same_instance=True)
+
+
+_answered_reset = answered(_reset)
+
+
+def _current_run(b: Batch, item: Loaded) -> list[HistoryEvent] | Verdict:
+    """The current run's events, or the refusal of an instance that has none."""
+    meta = item.meta
+    if meta.status is None or meta.instance_id.startswith(SLOTS_PREFIX):
+        return refused("InstanceNotFoundError", f"no instance {meta.instance_id}")
+    rows = b.tables.history(meta.instance_id, meta.generation_start)
+    if not rows or meta.status is RuntimeStatus.PENDING:
+        reason = (
+            f"instance {meta.instance_id} is {meta.status.value} and has no history yet "
+            f"(it waits for its start); terminate it or wait until it runs"
+        )
+        return refused("InvalidResetPointError", reason)
+    return [decode_history(raw) for raw in rows]
+
+
+def _forward_rerun(b: Batch, msg: ResetWorkflow, now_ms: int) -> Verdict | None:
+    """Check the rerun on the source and send its run to the new id (None: sent)."""
+    target = msg.new_instance_id
+    if target == msg.instance_id:
+        reason = "a rerun needs a new instance id; to start this instance again, reset it"
+        return refused("InvalidResetPointError", reason)
+    try:
+        keys.check_instance_id(target)
+    except TurnstileError as exc:
+        return refused("InvalidResetPointError", str(exc))
+    if target.startswith(SLOTS_PREFIX):
+        return refused(
+            "InvalidResetPointError", f"instance ids starting with {SLOTS_PREFIX!r} are reserved"
+        )
+    item = b.load(msg.instance_id)
+    events = _current_run(b, item)
+    if isinstance(events, Verdict):
+        return events
+    try:
+        point = resolve_point(events, msg.target, msg.sequence)
+    except InvalidResetPointError as exc:
+        return refused(type(exc).__name__, str(exc))
+    rows = b.tables.history(msg.instance_id, item.meta.generation_start)
+    size = sum(len(raw) for raw in rows)
+    if size > b.env.limits.record // 2:
+        reason = (
+            f"the current run of {msg.instance_id} is {size} bytes of history, more than "
+            f"one record carries to {target!r} (half of max_record_bytes="
+            f"{b.env.limits.record})"
+        )
+        return refused("RerunTooLargeError", reason)
+    rerun = RerunFrom(target, msg.instance_id, point, msg.reason, msg.request_id, rows)
+    b.send(b.env.topics.instance_messages, rerun)
+    return None
+
+
+# --- the new instance of a rerun ----------------------------------------------------------------
+
+
+def on_rerun_from(b: Batch, msg: RerunFrom, now_ms: int) -> None:
+    """Make the rerun's new run here and answer its request on command-outcomes."""
+    item = b.load(msg.instance_id)
+    meta = item.meta
+    seen = find(meta, msg.request_id, now_ms - b.env.dedup_window_ms) if msg.request_id else None
+    if seen is not None:
+        verdict = Verdict(CommandResult(seen.result), seen.reason, seen.error)
+        _answer_rerun(b, msg, verdict, now_ms, duplicate=True)
+        return
+    verdict = _rerun(b, item, msg, now_ms)
+    b.counters.outcome(ResetWorkflow.KIND, verdict.result.value.lower())
+    if msg.request_id and meta.exists:
+        window, age = b.env.dedup_window, b.env.dedup_window_ms
+        remember(item.meta, msg.request_id, verdict, now_ms, window, age)
+        b.save(item.meta)
+    _answer_rerun(b, msg, verdict, now_ms)
+
+
+def _rerun(b: Batch, item: Loaded, msg: RerunFrom, now_ms: int) -> Verdict:
+    meta = item.meta
+    if meta.status is not None and not meta.status.is_terminal:
+        reason = (
+            f"instance {meta.instance_id} is {meta.status.value}: a rerun needs a new id, "
+            f"or one whose run has ended"
+        )
+        return refused("WorkflowAlreadyRunningError", reason)
+    events = [
+        _standalone(replace(decode_history(raw), instance_id=meta.instance_id))
+        for raw in msg.history
+    ]
+    try:
+        plan = plan_reset(events, msg.from_sequence)
+    except InvalidResetPointError as exc:
+        return refused(type(exc).__name__, str(exc))
+    marker = ExecutionReset(plan.point, msg.reason, msg.request_id, msg.source_instance_id)
+    return new_run(b, item, plan, marker, now_ms, same_instance=False)
+
+
+def _standalone(event: HistoryEvent) -> HistoryEvent:
+    """A rerun's copy of an event: its start has no parent (the new instance is its own)."""
+    body = event.body
+    if isinstance(body, ExecutionStarted):
+        body = replace(body, parent_instance_id=None, parent_generation=None, parent_task_id=None)
+    return replace(event, body=body)
+
+
+def _answer_rerun(
+    b: Batch, msg: RerunFrom, verdict: Verdict, now_ms: int, duplicate: bool = False
+) -> None:
+    if not msg.request_id:
+        return
+    meta = b.load(msg.instance_id).meta
+    outcome = CommandOutcome(
+        instance_id=msg.instance_id,
+        request_id=msg.request_id,
+        command=ResetWorkflow.KIND,
+        result=verdict.result,
+        reason=verdict.reason,
+        error=verdict.error,
+        status=meta.status,
+        duplicate=duplicate,
+        timestamp_ms=now_ms,
+        generation=meta.generation,
+    )
+    b.send(b.env.topics.command_outcomes, outcome)
+
+
+# --- making the new run -----------------------------------------------------------------------
+
+
+def new_run(
+    b: Batch,
+    item: Loaded,
+    plan: ResetPlan,
+    marker: ExecutionReset,
+    now_ms: int,
+    *,
+    same_instance: bool,
+) -> Verdict:
+    """Replace the instance's run by one built from ``plan``: check the kept turns replay
+    on the deployed code, end the old run, record the copies and run the first turn."""
+    meta = item.meta
+    generation = meta.generation + 1 if meta.exists else 0
+    kept = [
+        replace(event, sequence=meta.next_sequence + i, generation=generation)
+        for i, event in enumerate(plan.kept)
+    ]
+    execution = WorkflowExecution(
+        b.env.registry,
+        meta.instance_id,
+        start_sequence=meta.next_sequence,
+        generation=generation,
+        max_turn_events=b.env.turn_max_events,
+    )
+    refusal = _replayed(b, execution, kept)
+    if refusal is not None:
+        return refusal
+    waited = execution.open_work()
+    if not same_instance and any(isinstance(a, act.StartChild) for a in waited):
+        reason = (
+            "a child workflow runs at that point, and its id belongs to the source; rerun to "
+            "a point before the child started or after its result arrived"
+        )
+        return refused("InvalidResetPointError", reason)
+    _end_old_run(b, item, now_ms)
+    _open(b, item, execution, plan, generation, now_ms)
+    record_events(b, item, kept)
+    item.inbox = [Inbound(body) for body in marked(plan, marker)]
+    step_instance(b, item, now_ms)
+    _ask_again(b, item, waited, now_ms)
+    log.info(
+        "%s: new run %d from event %d (%s)", meta.instance_id, generation, plan.point, marker.reason
+    )
+    return accepted(f"generation {generation} runs from event {plan.point}")
+
+
+def _replayed(b: Batch, execution: WorkflowExecution, kept: list[HistoryEvent]) -> Verdict | None:
+    if not kept:
+        return None
+    try:
+        b.env.watchdog.run(
+            lambda: execution.replay(kept), f"the replay of {execution.instance_id!r} for a reset"
+        )
+    except (NonDeterminismError, NotRegisteredError) as exc:
+        reason = (
+            f"the deployed code does not replay the history kept before that point ({exc}); "
+            f"reset to an earlier point (the first turn always replays)"
+        )
+        return refused("InvalidResetPointError", reason)
+    return None
+
+
+def _end_old_run(b: Batch, item: Loaded, now_ms: int) -> None:
+    """The old run stops: no timer of it fires, its attempts are cancelled, its running
+    children get their parent-close policies, and its execution leaves memory."""
+    meta = item.meta
+    for timer in b.tables.timers_of(meta.instance_id):
+        b.tables.delete_timer(timer)
+    if item.execution is not None:
+        cancels.before_turn(item, item.execution)
+        item.execution.close()
+        item.execution = None
+    for task_id, (generation, attempt, queue) in (item.open_attempts or {}).items():
+        reason = f"instance {meta.instance_id} was reset"
+        cancels.send_activity_cancel(
+            b, meta.instance_id, generation, task_id, attempt, queue, reason
+        )
+    item.open_attempts = None
+    children = [(c.instance_id, c.parent_close_policy) for c in meta.children]
+    for action in act.close_children(
+        children, f"parent {meta.instance_id} was reset", meta.generation
+    ):
+        ACTION_HANDLERS[type(action)](b, item, action, now_ms)
+    meta.children = []
+    b.tables.delete_history(meta.instance_id, meta.generation_start, meta.next_sequence)
+
+
+def _open(
+    b: Batch,
+    item: Loaded,
+    execution: WorkflowExecution,
+    plan: ResetPlan,
+    generation: int,
+    now_ms: int,
+) -> None:
+    """The row of the new run (its first turn's step then brings it up to date)."""
+    meta = item.meta
+    started = execution.started
+    if started is None:  # begun again from the first turn: its start is in the inbox
+        started = next(b for b in plan.inbox if isinstance(b, ExecutionStarted))
+    meta.generation = generation
+    meta.generation_start = meta.next_sequence
+    meta.status = execution.status if execution.started is not None else RuntimeStatus.RUNNING
+    meta.name, meta.version, meta.input = started.name, started.version, started.input
+    meta.parent_instance_id = started.parent_instance_id
+    meta.parent_generation = started.parent_generation
+    meta.parent_task_id = started.parent_task_id
+    meta.tags, meta.request_id = dict(started.tags), started.request_id
+    meta.output = meta.failure = meta.custom_status = None
+    meta.parked = meta.scheduled_start = None
+    meta.unserved = ""
+    meta.created_ms = meta.last_updated_ms = now_ms
+    item.execution = execution
+    b.save(meta)
+
+
+def _ask_again(b: Batch, item: Loaded, waited: list[act.Action], now_ms: int) -> None:
+    """Ask again, for the new generation, for what the kept turns waited for and the new
+    run's first turn still waits for (a result it reused is not asked for again)."""
+    execution = item.execution
+    still = waited if execution is None else execution.open_work()
+    for action in (a for a in still if a in waited):
+        if isinstance(action, act.StartChild):
+            _start_child_again(b, item, action)
+            continue
+        handler = ACTION_HANDLERS.get(type(action))
+        if handler is not None:
+            handler(b, item, action, now_ms)
+    b.save(item.meta)
+
+
+def _start_child_again(b: Batch, item: Loaded, a: act.StartChild) -> None:
+    """A child the new run waits for starts again (its old run is replaced)."""
+    meta = item.meta
+    meta.children = [c for c in meta.children if c.instance_id != a.instance_id]
+    meta.children.append(RunningChild(a.instance_id, a.generation, a.parent_close_policy))
+    start = StartWorkflow(
+        instance_id=a.instance_id,
+        name=a.name,
+        input=a.input,
+        version=a.version,
+        reuse_policy=IdReusePolicy.TERMINATE_IF_RUNNING,
+        request_id=f"{meta.instance_id}/{a.generation}/{a.task_id}",
+        parent_instance_id=meta.instance_id,
+        parent_generation=a.generation,
+        parent_task_id=a.task_id,
+    )
+    b.send(b.env.topics.instance_messages, start)
