@@ -20,7 +20,7 @@ from typing import Any
 
 from engine.cli import SubParsers
 from engine.cli.audit_io import Progress
-from engine.cli.options import add_settings_arguments, connected_settings
+from engine.cli.options import add_settings_arguments, connected_settings, tag_pair
 from engine.client import Client, InstanceState
 from engine.core.errors import InstanceNotFoundError, WaitTimeoutError
 from engine.core.history import RuntimeStatus
@@ -54,13 +54,6 @@ def _json_value(text: str) -> Any:
         raise argparse.ArgumentTypeError(
             f"not valid JSON ({exc}); quote strings, e.g. --input '\"hello\"'"
         ) from exc
-
-
-def _tag(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"tags are KEY=VALUE, got {text!r}")
-    return key, value
 
 
 def _when(text: str) -> datetime:
@@ -167,7 +160,7 @@ def _register_start(subparsers: SubParsers) -> None:
         "(over the limit it waits as PENDING for a slot)",
     )
     start.add_argument(
-        "--tag", type=_tag, action="append", default=[], help="KEY=VALUE tag (repeatable)"
+        "--tag", type=tag_pair, action="append", default=[], help="KEY=VALUE tag (repeatable)"
     )
     start.add_argument("--wait", action="store_true", help="wait for completion, print status")
     start.add_argument(
@@ -233,7 +226,7 @@ def _register_raise(subparsers: SubParsers) -> None:
         help=VERSION_HELP,
     )
     both.add_argument(
-        "--tag", type=_tag, action="append", default=[], help="KEY=VALUE tag (repeatable)"
+        "--tag", type=tag_pair, action="append", default=[], help="KEY=VALUE tag (repeatable)"
     )
     _add_answer_flags(both)
 
@@ -369,7 +362,7 @@ def _register_list(subparsers: SubParsers) -> None:
     parser.add_argument("--version", help="only instances running this workflow version")
     parser.add_argument(
         "--tag",
-        type=_tag,
+        type=tag_pair,
         action="append",
         default=[],
         metavar="KEY=VALUE",

@@ -186,3 +186,11 @@ def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
         help="address the metrics endpoint binds to (127.0.0.1; 0.0.0.0 for a scraper on "
         "another host)",
     )
+
+
+def tag_pair(text: str) -> tuple[str, str]:
+    """A ``--tag KEY=VALUE`` option's value (start, list and bulk filters)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"tags are KEY=VALUE, got {text!r}")
+    return key, value

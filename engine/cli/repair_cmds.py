@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from engine.cli import SubParsers
-from engine.cli.options import add_settings_arguments, connected_settings
+from engine.cli.options import add_settings_arguments, connected_settings, tag_pair
 from engine.client import Client
 from engine.core.history import RuntimeStatus
 from engine.core.messages import CommandOutcome, ResetTarget
@@ -230,6 +230,14 @@ def _add_filters(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--name", default="", help="only instances of this workflow")
     parser.add_argument("--version", help="only instances running this version")
+    parser.add_argument(
+        "--tag",
+        type=tag_pair,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only instances with this tag (repeatable: all of them)",
+    )
     for flag, what in (
         ("--created-before", "created before"),
         ("--created-after", "created after"),
@@ -251,6 +259,7 @@ def _filter(args: argparse.Namespace, now_ms: int) -> BulkFilter:
         statuses=tuple(RuntimeStatus(s) for s in args.status or ()),
         name=args.name,
         version=args.version,
+        tags=tuple(sorted(args.tag)),
         created_before=at(args.created_before),
         created_after=at(args.created_after),
         ended_before=at(args.ended_before),

@@ -18,7 +18,7 @@ The answers come from the command-outcomes topic (the futures of the client's ou
 reader), and the job ends with a :class:`Summary`: applied, refused by error, timed out.
 
 The filter is a list of predicates over ``InstanceStatus`` (:class:`BulkFilter`); a new
-criterion (tags, say) is one more predicate there and one more option in the CLI.
+criterion is one more predicate there and one more option in the CLI.
 """
 
 from __future__ import annotations
@@ -111,6 +111,8 @@ class BulkFilter:
     statuses: tuple[RuntimeStatus, ...] = ()
     name: str = ""
     version: str | None = None
+    #: (key, value) pairs, sorted: every one must be among the instance's tags.
+    tags: tuple[tuple[str, str], ...] = ()
     created_before: int | None = None
     created_after: int | None = None
     ended_before: int | None = None
@@ -124,6 +126,8 @@ class BulkFilter:
             checks.append(lambda s: s.name == self.name)
         if self.version is not None:
             checks.append(lambda s: s.version == self.version)
+        if self.tags:
+            checks.append(lambda s: all(s.tags.get(k) == v for k, v in self.tags))
         if self.created_before is not None:
             checks.append(lambda s: s.created_ms < self.created_before)  # type: ignore[operator]
         if self.created_after is not None:
@@ -175,6 +179,7 @@ class JobSpec:
     def from_json(cls, data: dict[str, Any]) -> JobSpec:
         raw = dict(data["filter"])
         raw["statuses"] = tuple(RuntimeStatus(s) for s in raw.get("statuses", ()))
+        raw["tags"] = tuple((str(k), str(v)) for k, v in raw.get("tags", ()))
         return cls(data["operation"], BulkFilter(**raw), data["reason"], data["reset_to"])
 
 

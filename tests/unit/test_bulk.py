@@ -173,3 +173,18 @@ def test_a_job_id_must_name_a_file(tmp_path: Path) -> None:
 def test_an_unknown_operation_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="unknown bulk operation"):
         JobSpec("explode")
+
+
+def test_filters_on_tags_and_a_resume_keeps_them(tmp_path: Path) -> None:
+    rows = [
+        InstanceStatus("a", tags={"customer": "c-1", "tier": "gold"}),
+        InstanceStatus("b", tags={"customer": "c-1"}),
+        InstanceStatus("c", tags={"customer": "c-2", "tier": "gold"}),
+    ]
+    both = BulkFilter(tags=(("customer", "c-1"), ("tier", "gold")))
+    assert both.matching(rows) == ["a"]
+    assert BulkFilter(tags=(("tier", "gold"),)).matching(rows) == ["a", "c"]
+    spec = JobSpec("terminate", both, "cleanup")
+    PositionFile(tmp_path, "t").save(Position(spec, "a", 1, 0))
+    saved = PositionFile(tmp_path, "t").load()
+    assert saved is not None and saved.spec == spec
