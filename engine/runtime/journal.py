@@ -1,17 +1,18 @@
 """The journal: the current generation's history, and replay matching.
 
 Every decision the workflow code makes (schedule an activity, run an inline step, start a
-child, create or cancel a timer, send an event, set a custom status, end) is a *command*
-event in history. Live, a command is appended with the next sequence number. During replay
-the code runs again and each command it asks for is matched, in order, against the command
-events that the same turn recorded; a difference raises :class:`NonDeterminismError` naming
-the recorded event's sequence number and both sides.
+child, create or cancel a timer, send an event, publish a record, set a custom status, end)
+is a *command* event in history. Live, a command is appended with the next sequence number.
+During replay the code runs again and each command it asks for is matched, in order, against
+the command events that the same turn recorded; a difference raises
+:class:`NonDeterminismError` naming the recorded event's sequence number and both sides.
 
 What counts as a difference: the kind of command always; the task id (which encodes the
 order); an activity's name, input and attempt; an inline step's name; a child workflow's
-name; an event's target and name; the status an instance ends with. A timer's fire time,
-an activity's timeout, a child's input and a custom status value may change between
-deployments without breaking running instances (the recorded values stay in force).
+name; an event's target and name; a published record's topic; the status an instance ends
+with. A timer's fire time, an activity's timeout, a child's input, a published record's
+value and a custom status value may change between deployments without breaking running
+instances (the recorded values stay in force).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from engine.core.history import (
     HistoryEvent,
     InlineStepCompleted,
     InlineStepFailed,
+    RecordPublished,
     TaskScheduled,
     TimerCancelled,
     TimerCreated,
@@ -54,6 +56,7 @@ DECISION_TYPES: frozenset[type[EventBody]] = frozenset(
         ExecutionCompleted,
         ContinuedAsNew,
         ActivityCancelRequested,
+        RecordPublished,
     }
 )
 """Event kinds that workflow code decides (everything else is applied from outside)."""
@@ -88,6 +91,10 @@ def _same_event_sent(a: EventSent, b: EventSent) -> bool:
     )
 
 
+def _same_publish(a: RecordPublished, b: RecordPublished) -> bool:
+    return a.task_id == b.task_id and a.topic == b.topic
+
+
 def _same_end(a: ExecutionCompleted, b: ExecutionCompleted) -> bool:
     return a.status == b.status
 
@@ -108,6 +115,7 @@ _MATCHERS: dict[type[EventBody], Callable[[Any, Any], bool]] = {
     ExecutionCompleted: _same_end,
     ContinuedAsNew: _always,
     ActivityCancelRequested: lambda a, b: a.task_id == b.task_id and a.attempt == b.attempt,
+    RecordPublished: _same_publish,
 }
 
 
@@ -135,6 +143,8 @@ def describe(body: EventBody) -> str:
         )
     if isinstance(body, ExecutionCompleted):
         return f"{kind}(status={body.status.value})"
+    if isinstance(body, RecordPublished):
+        return f"{kind}(task_id={body.task_id}, topic={body.topic!r})"
     task_id = getattr(body, "task_id", None)
     if task_id is not None:
         return f"{kind}(task_id={task_id})"

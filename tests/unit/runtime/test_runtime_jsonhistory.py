@@ -28,6 +28,7 @@ from engine.core.history import (
     InlineStepCompleted,
     InlineStepFailed,
     ParentClosePolicy,
+    RecordPublished,
     RuntimeStatus,
     TaskCompleted,
     TaskFailed,
@@ -65,6 +66,7 @@ BODIES = [
     TurnStarted(77),
     ActivityCancelRequested(4, 2),
     ExecutionCancelRequested("parent closed"),
+    RecordPublished(6, "orders", Payload(b"\x00\x01", "binary"), "o-1", 2, {"h": "v"}, "{}"),
 ]
 
 
