@@ -1,6 +1,6 @@
 """Kafka integration on the real broker: ``ctx.publish`` is seen exactly once by a
 read_committed consumer, and triggers start workflows and raise events from business
-topics, with unusable records in dead letters."""
+topics (JSON and Avro values), with unusable records in dead letters."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from engine_harness import DEFAULT_MODULES, ThreadProcess, read_topic, running_e
 
 from engine.adapters.kafka_config import producer_config
 from engine.adapters.kafka_triggers import TriggerBridge
-from engine.codec import decode_message
-from engine.config.triggers import Trigger
+from engine.codec import decode_message, encode_user_avro
+from engine.config.triggers import Trigger, parse_triggers
 from engine.core.history import RecordPublished, RuntimeStatus
 from engine.core.messages import DeadLetter
 from engine.core.payloads import from_payload
@@ -22,6 +22,15 @@ from engine.core.payloads import from_payload
 pytestmark = pytest.mark.kafka
 
 MODULES = (*DEFAULT_MODULES, "tests.publish_workflows")
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "out", "type": "string"},
+        {"name": "total", "type": "long"},
+    ],
+}
 
 
 def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, Any]]) -> None:
@@ -66,7 +75,20 @@ def test_triggers_start_workflows_raise_events_and_dead_letter_the_rest(
     orders = make_topic(partitions=3, prefix="biz-orders")
     payments = make_topic(partitions=2, prefix="biz-payments")
     out = make_topic(partitions=1, prefix="out")
+    avro_orders = make_topic(partitions=1, prefix="biz-avro")
+    [avro] = parse_triggers(
+        [
+            {
+                "topic": avro_orders,
+                "workflow": "pub.order",
+                "format": "avro",
+                "schema": json.dumps(ORDER),
+                "id": "field:id",
+            }
+        ]
+    )
     triggers = (
+        avro,
         Trigger(topic=orders, workflow="pub.order"),
         Trigger(
             topic=payments, workflow="pub.waiter", action="raise", event="paid", id="field:order.id"
@@ -90,6 +112,9 @@ def test_triggers_start_workflows_raise_events_and_dead_letter_the_rest(
             )
             produce(kafka_bootstrap, payments, [(b"any", {"order": {"id": "w-1"}, "eur": 9})])
             produce(kafka_bootstrap, payments, [(b"any", {"order": {}})])
+            value = {"id": "avro-1", "out": out, "total": 7}
+            produce(kafka_bootstrap, avro_orders, [(None, encode_user_avro(avro.schema, value))])
+            assert engine.wait_for_completion("avro-1", 120).status is RuntimeStatus.COMPLETED
             for i in range(5):
                 state = engine.wait_for_completion(f"biz-{i}", 120)
                 assert state.status is RuntimeStatus.COMPLETED
@@ -110,4 +135,4 @@ def test_triggers_start_workflows_raise_events_and_dead_letter_the_rest(
         ]
         assert len(started) == 1
         assert from_payload(started[0].body.input) == {"out": out, "total": 0}  # type: ignore[attr-defined]
-        assert len(read_topic(kafka_bootstrap, out)) == 5
+        assert len(read_topic(kafka_bootstrap, out)) == 6
