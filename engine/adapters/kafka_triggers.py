@@ -1,12 +1,12 @@
 """The trigger bridge: business topics in, engine commands out, exactly once per record.
 
 One consumer in the ``<namespace>.triggers`` group reads every trigger topic
-(read_committed), and one transactional producer (``<namespace>.triggers.<replica id>``)
-writes, per batch of records, each record's command (or dead letter,
-``engine/services/triggers.py``) and the records' next offsets in one transaction: a
-record acts once, whatever crashes. The commands land on the instance's partition of the
-commands topic, where the owning processor replica applies them like any client's, so the
-business topic's own partitioning never matters.
+(read_committed), and one transactional producer
+(``<namespace>.processor.<replica id>.triggers``) writes, per batch of records, each
+record's command (or dead letter, ``engine/services/triggers.py``) and the records' next
+offsets in one transaction: a record acts once, whatever crashes. The commands land on
+the instance's partition of the commands topic, where the owning processor replica
+applies them like any client's, so the business topic's own partitioning never matters.
 
 A batch that cannot be committed is simply abandoned: the consumer and the producer are
 made again (the new producer's ``init_transactions`` fences the old one and aborts what it
@@ -57,7 +57,8 @@ class TriggerBridge:
         self.settings = settings
         self._triggers = {t.topic: t for t in settings.triggers}
         self._names = topic_names(settings.namespace)
-        self._id = f"{settings.namespace}.triggers.{settings.replica_id}"
+        # under the processor's transactional-id prefix, so its ACLs cover the bridge too
+        self._id = f"{settings.namespace}.processor.{settings.replica_id}.triggers"
         self._consumer: Consumer | None = None
         self._producer: TransactionalProducer | None = None
         #: Records turned into commands and dead letters, and committed transactions.
@@ -98,7 +99,11 @@ class TriggerBridge:
         nexts: dict[tuple[str, int], int] = {}
         for record in records:
             out = route(
-                self._triggers[record.topic], record, self._names.commands, self._names.dead_letters
+                self._triggers[record.topic],
+                record,
+                self._names.commands,
+                self._names.dead_letters,
+                self.settings.max_record_bytes,
             )
             producer.produce(out.topic, out.key, out.value, None, out.headers)
             dead = out.topic == self._names.dead_letters

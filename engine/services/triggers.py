@@ -13,7 +13,7 @@ with the reason, as a :class:`Unmapped`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.codec import decode_user_avro, encode_message, instance_key
@@ -22,6 +22,7 @@ from engine.core.errors import CodecError
 from engine.core.messages import Message, RaiseEvent, StartWorkflow
 from engine.core.payloads import JSON, Payload, to_payload
 from engine.services.dead_letters import Headers, dead_letter_of
+from engine.services.processor.poison import fit_dead_letter
 from engine.services.records import RawRecord
 
 
@@ -70,15 +71,30 @@ def command_for(trigger: Trigger, record: RawRecord) -> Message:
     )
 
 
-def route(trigger: Trigger, record: RawRecord, commands: str, dead_letters: str) -> Outgoing:
-    """The command record for ``record``, or its dead letter when it cannot be mapped."""
+def route(
+    trigger: Trigger,
+    record: RawRecord,
+    commands: str,
+    dead_letters: str,
+    max_record_bytes: int = 1_000_000,
+) -> Outgoing:
+    """The command record for ``record``, or its dead letter when it cannot be mapped or
+    its command would be larger than one record may be (the producer would refuse it on
+    every try, and the topic would stall)."""
     try:
         command = command_for(trigger, record)
+        value = encode_message(command)
+        if len(value) > max_record_bytes:
+            raise Unmapped(
+                f"its command would be {len(value)} bytes, over max_record_bytes "
+                f"({max_record_bytes}); send smaller values, or raise the setting"
+            )
     except Unmapped as exc:
         reason = f"trigger {trigger.describe()}: {exc.reason}"
-        value, headers = dead_letter_of(record, record.topic, reason)
-        return Outgoing(dead_letters, record.key or b"", value, headers)
-    return Outgoing(commands, instance_key(command.instance_id), encode_message(command))
+        cut, reason = fit_dead_letter(record.value, reason, max_record_bytes)
+        letter, headers = dead_letter_of(replace(record, value=cut), record.topic, reason)
+        return Outgoing(dead_letters, record.key or b"", letter, headers)
+    return Outgoing(commands, instance_key(command.instance_id), value)
 
 
 _NO_VALUE = object()

@@ -150,3 +150,25 @@ def test_any_record_maps_to_a_command_or_a_dead_letter(value: bytes, key: bytes 
         out = route(trigger, RawRecord(0, 0, key, value, 0, "orders"), "c", "d")
         assert out.topic in ("c", "d")
         assert isinstance(decode_message(out.value), StartWorkflow | DeadLetter)
+
+
+def test_a_record_too_large_for_a_command_goes_to_dead_letters_cut() -> None:
+    out = route(Trigger("orders", "ship"), rec({"blob": "x" * 5000}), "c", "d", 2000)
+    letter = decode_message(out.value)
+    assert out.topic == "d" and isinstance(letter, DeadLetter)
+    assert "over max_record_bytes" in letter.reason and len(letter.value or b"") <= 1000
+
+
+def test_flags_add_to_the_config_and_a_trigger_must_name_a_registered_workflow() -> None:
+    from engine import Registry
+    from engine.cli.integration import check_integration_topics, with_integration_flags
+    from engine.config.settings import Settings
+
+    base = Settings(triggers=(Trigger("orders", "ship"),), publish_topics=("a",))
+    settings = with_integration_flags(base, ["payments:ship:raise"], ["b", "a"])
+    assert [t.topic for t in settings.triggers] == ["orders", "payments"]
+    assert settings.publish_topics == ("a", "b")
+    with pytest.raises(TriggerError, match="config file and a --trigger flag"):
+        with_integration_flags(base, ["orders:other"], [])
+    with pytest.raises(TriggerError, match="'ship', which is not registered"):
+        check_integration_topics(settings, Registry())
