@@ -43,6 +43,11 @@ async def typo(ctx: WorkflowContext, _: Any) -> None:
     await ctx.publish("ordres", {"x": 1})
 
 
+@app.workflow(name="huge")
+async def huge(ctx: WorkflowContext, _: Any) -> None:
+    await ctx.publish("orders", "x" * 5000)
+
+
 @app.workflow(name="bad-avro")
 async def bad_avro(ctx: WorkflowContext, _: Any) -> None:
     await ctx.publish("orders-avro", {"id": "a"}, avro_schema=ORDER_SCHEMA)
@@ -86,6 +91,15 @@ def test_a_value_that_does_not_fit_its_avro_schema_fails_the_instance() -> None:
         assert state.status is RuntimeStatus.FAILED
         assert state.failure is not None and "total" in state.failure.message
         assert env.records("orders-avro") == []
+
+
+def test_a_published_value_over_max_event_bytes_fails_the_instance() -> None:
+    settings = Settings(publish_topics=("orders",), max_event_bytes=1000)
+    with TestEngine(app, settings=settings) as env:
+        state = env.wait_for_completion(env.start("huge", None))
+        assert state.status is RuntimeStatus.FAILED
+        assert state.failure is not None and "max_event_bytes" in state.failure.message
+        assert env.records("orders") == []
 
 
 @pytest.mark.parametrize(
