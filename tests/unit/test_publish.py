@@ -126,3 +126,24 @@ def test_bad_arguments_are_refused_at_the_call(kwargs: dict[str, Any], needle: s
     args.update(kwargs)
     with pytest.raises(PublishError, match=needle):
         publish_request(**args)
+
+
+def test_replay_matches_the_recorded_publish_and_a_changed_topic_diverges() -> None:
+    from engine.core.errors import NonDeterminismError
+    from engine.runtime.executor import WorkflowExecution
+
+    with TestEngine(app, settings=SETTINGS) as env:
+        env.start("publisher", {"id": "o-2", "total": 1}, instance_id="o-2")
+        env.advance(120)
+        history = env.history("o-2")
+    replayed = WorkflowExecution(app, "o-2")
+    replayed.replay(history)  # the same code: every RecordPublished matches, no action
+    moved = Registry()
+
+    @moved.workflow(name="publisher")
+    async def publisher_moved(ctx: WorkflowContext, order: dict[str, Any]) -> None:
+        await ctx.publish("orders-v2", {"placed": order["id"]})
+        await ctx.sleep(60)
+
+    with pytest.raises(NonDeterminismError, match="orders"):
+        WorkflowExecution(moved, "o-2").replay(history)
