@@ -305,6 +305,8 @@ class RunningEngine:
     modules: tuple[str, ...]
     state_dir: Path
     in_process: bool
+    #: Flags added to every processor subprocess (``--trigger``, ``--publish-topic``).
+    processor_args: tuple[str, ...] = ()
     processors: dict[str, Handle] = field(default_factory=dict)
     workers: dict[str, Handle] = field(default_factory=dict)
     _producer: Producer | None = None
@@ -373,6 +375,7 @@ class RunningEngine:
                 str(state),
                 "--partitions",
                 str(self.settings.partitions),
+                *self.processor_args,
             ]
             log = self.state_dir / "logs" / f"{replica_id}.log"
             handle = EngineProcess(replica_id, argv, log, self._env()).start()
@@ -569,6 +572,8 @@ def running_engine(
     state_dir: Path | None = None,
     worker_concurrency: int = 16,
     keep_topics: bool = False,
+    processor_args: Sequence[str] = (),
+    settings_changes: dict[str, Any] | None = None,
 ) -> Iterator[RunningEngine]:
     """Topics of a fresh namespace, ``replicas`` processor replicas (``processor-<i>``) and
     ``workers`` activity workers (``worker-<i>``), and a client; everything stops on exit."""
@@ -581,6 +586,7 @@ def running_engine(
         partitions=partitions,
         state_dir=str(state),
         env={},
+        **(settings_changes or {}),
     )
     if in_process:
         import importlib
@@ -594,6 +600,7 @@ def running_engine(
         modules=tuple(modules),
         state_dir=state,
         in_process=in_process,
+        processor_args=tuple(processor_args),
     )
     try:
         for i in range(replicas):

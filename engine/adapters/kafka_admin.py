@@ -91,6 +91,15 @@ def ensure_topics(settings: Settings, spec: TopicsSpec, timeout_s: float) -> Non
         )
 
 
+def existing_topics(settings: Settings, names: Iterable[str], timeout_s: float) -> set[str]:
+    """Which of the named (user) topics exist: a metadata request, nothing is created."""
+    try:
+        metadata = admin_for(settings).list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise _broker_error(settings, "list the topics", exc) from exc
+    return {n for n in names if n in metadata.topics and metadata.topics[n].error is None}
+
+
 def _broker_error(settings: Settings, action: str, exc: Exception) -> BrokerError:
     return BrokerError(
         f"could not {action} on Kafka at {settings.bootstrap_servers}: {exc}. Check that the "

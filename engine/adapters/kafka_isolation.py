@@ -48,7 +48,7 @@ Produced = tuple[int, OutRecord]
 
 def record_size(record: OutRecord) -> int:
     headers = sum(len(name) + len(value) for name, value in record.headers)
-    return len(record.key) + len(record.value or b"") + headers
+    return len(record.key or b"") + len(record.value or b"") + headers
 
 
 def produce_batch(

@@ -167,6 +167,7 @@ class ProcessorRunner:
             watchdog=TurnWatchdog(settings.turn_budget_ms),
             turn_max_events=settings.turn_max_events,
             tracing=tracing or NoTracing(),
+            publish_topics=frozenset(settings.publish_topics),
         )
         self.partitions: dict[int, PartitionProcessor] = {}
         self.progress = Progress()

@@ -18,6 +18,11 @@ from engine.adapters.kafka_processor import ProcessorRunner
 from engine.adapters.kafka_worker import KafkaWorker
 from engine.adapters.metrics import WorkerMetrics
 from engine.cli import SubParsers
+from engine.cli.integration import (
+    check_integration_topics,
+    trigger_bridge,
+    with_integration_flags,
+)
 from engine.cli.observe import metrics_endpoint, observed_processor
 from engine.cli.options import (
     add_log_level_argument,
@@ -70,6 +75,24 @@ def _add_processor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replica-id", help="stable, unique id of this replica (processor-0)")
     parser.add_argument("--state-dir", help="folder for the RocksDB tables")
     parser.add_argument("--partitions", type=int, help="partition count of the topics (32)")
+    kafka = parser.add_argument_group("Kafka integration")
+    kafka.add_argument(
+        "--trigger",
+        action="append",
+        default=[],
+        metavar="TOPIC:WORKFLOW[:ACTION]",
+        help="start WORKFLOW for each record of the business topic TOPIC (ACTION start, the "
+        "default), or raise the event TOPIC on it (raise); the id is the record key "
+        "(repeatable; adds to [[triggers]] in the config file)",
+    )
+    kafka.add_argument(
+        "--publish-topic",
+        action="append",
+        default=[],
+        metavar="TOPIC",
+        help="a user topic workflows may publish to with ctx.publish (repeatable; adds to "
+        "[publish] topics in the config file and $TURNSTILE_PUBLISH_TOPICS)",
+    )
     add_log_level_argument(parser)
     add_metrics_arguments(parser)
 
@@ -86,9 +109,11 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
         partitions=args.partitions,
         **extra,
     )
+    settings = with_integration_flags(settings, args.trigger, args.publish_topic)
     import_modules([*settings.modules, *args.modules])
     require_registered(default_registry.workflows(), "workflows")
     kafka_admin.ensure_topics(settings, load_spec(), settings.connect_timeout_s)
+    check_integration_topics(settings, default_registry)
     return settings
 
 
@@ -98,7 +123,11 @@ def _run_processor(args: argparse.Namespace) -> int:
     stop = threading.Event()
     reporter = threading.Thread(target=report_progress, args=(runner, stop), daemon=True)
     reporter.start()
-    with metrics_endpoint(args, metrics.registry, lambda: metrics.ready), stop_on_signals(stop):
+    with (
+        metrics_endpoint(args, metrics.registry, lambda: metrics.ready),
+        stop_on_signals(stop),
+        trigger_bridge(settings, stop),
+    ):
         runner.run(stop)
     return 0
 
@@ -116,6 +145,7 @@ def _run_all(args: argparse.Namespace) -> int:
     with (
         metrics_endpoint(args, registry, lambda: metrics.ready),
         stop_on_signals(stop, STOP_GRACE_S + worker.shutdown_timeout_s),
+        trigger_bridge(settings, stop),
     ):
         worker_thread.start()
         reporter.start()

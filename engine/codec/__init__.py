@@ -8,6 +8,7 @@ against the current ones. See ``schemas/README.md`` for the contract and evoluti
 
 from engine.codec.container import history_schema, read_history_file, write_history_file
 from engine.codec.registry import HEADER_SIZE, MARKER, WriterSchema, schema_fingerprint
+from engine.codec.user_avro import decode_user_avro, encode_user_avro, parse_user_schema
 from engine.codec.wire import (
     HASH_SIZE,
     SchemaInfo,
@@ -38,14 +39,17 @@ __all__ = [
     "decode_history",
     "decode_message",
     "decode_row",
+    "decode_user_avro",
     "encode_history",
     "encode_message",
     "encode_row",
+    "encode_user_avro",
     "hash_of",
     "history_hash_ok",
     "history_schema",
     "instance_key",
     "known_schemas",
+    "parse_user_schema",
     "previous_hash_of",
     "read_history_file",
     "reload_schemas",

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from engine.config.triggers import Trigger, parse_triggers
 from engine.core.errors import ConfigurationError
 from engine.core.limits import Limits
 
@@ -94,6 +95,12 @@ class Settings:
     turn_budget_ms: int = 5000
     #: History events one turn may add (bounds the memory of a runaway turn).
     turn_max_events: int = 100_000
+    #: User topics workflows may publish to with ``ctx.publish`` (``[publish] topics`` in
+    #: the config file); any other topic fails the publishing instance.
+    publish_topics: tuple[str, ...] = ()
+    #: Business topics whose records start workflows or raise events (``[[triggers]]``,
+    #: ``--trigger TOPIC:WORKFLOW[:ACTION]``); see engine.config.triggers.
+    triggers: tuple[Trigger, ...] = ()
 
     @property
     def limits(self) -> Limits:
@@ -176,7 +183,21 @@ def _from_toml(path: Path) -> dict[str, Any]:
     values: dict[str, Any] = {str(_TOML_ALIASES.get(k, k)): v for k, v in section.items()}
     if "turnstile" in data and isinstance(data.get("kafka"), dict):
         values["extra_kafka"] = {**data["kafka"], **values.get("extra_kafka", {})}
+    if "turnstile" in data and "triggers" in data:
+        values.setdefault("triggers", data["triggers"])
+    publish = data.get("publish", values.pop("publish", None))
+    if publish is not None:
+        values["publish_topics"] = _publish_table(path, publish)
     return values
+
+
+def _publish_table(path: Path, table: Any) -> Any:
+    """``[publish]``: ``topics = [...]``, the topics workflows may publish to."""
+    if not isinstance(table, dict) or set(table) - {"topics"}:
+        raise ConfigurationError(
+            f'config file {path}: [publish] takes one key, topics = ["TOPIC", ...]'
+        )
+    return table.get("topics", [])
 
 
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
@@ -219,6 +240,8 @@ def _coerce(base: Settings, values: dict[str, Any]) -> Settings:
 
 
 def _convert(name: str, raw: Any, current: Any) -> Any:
+    if name == "triggers":
+        return parse_triggers(raw)
     try:
         if isinstance(current, bool):
             return raw if isinstance(raw, bool) else _parse_bool(str(raw))

@@ -4,7 +4,9 @@ Every error a user can see derives from :class:`TurnstileError`, so ``except Tur
 is always enough. Messages say what to do next, not only what went wrong. A command the
 processor refused raises a :class:`CommandRefusedError` subclass (under
 :class:`InstanceError`) carrying the processor's answer; one that got no answer in time
-raises :class:`CommandTimeoutError` (a :class:`WaitTimeoutError`).
+raises :class:`CommandTimeoutError` (a :class:`WaitTimeoutError`). A refused
+``ctx.publish`` raises :class:`PublishError`; a malformed trigger is a
+:class:`TriggerError` (a :class:`ConfigurationError`).
 """
 
 from __future__ import annotations
@@ -336,3 +338,17 @@ class InvalidTagsError(TurnstileError, ValueError):
 
 class InvalidPageTokenError(TurnstileError, ValueError):
     """A ``page_token`` that no list page handed out (mangled, or from another tool)."""
+
+
+# --- Kafka integration: publishing from workflows, triggers -------------------------------
+
+
+class PublishError(TurnstileError):
+    """``ctx.publish`` was refused: the topic is not declared for publishing
+    (``publish_topics``), or the value, key or headers cannot be written as asked. The
+    instance fails with this error; nothing is published."""
+
+
+class TriggerError(ConfigurationError):
+    """A trigger (``--trigger``, ``[[triggers]]``) is malformed or names what does not
+    exist."""

@@ -9,7 +9,8 @@ Identifiers:
 - ``generation`` starts at 0 and increases on every continue-as-new (and on a restart under
   an ID-reuse policy), so that messages aimed at an older generation can be recognised;
 - ``task_id`` numbers the durable actions (activities, inline steps, child workflows, timers,
-  events sent) that one generation schedules, from 0, in the order the code asks for them.
+  events sent, records published) that one generation schedules, from 0, in the order the
+  code asks for them.
 """
 
 from __future__ import annotations
@@ -307,6 +308,31 @@ class ExecutionReset(EventBody):
     source_instance_id: str = ""
 
 
+# --- publishing (ctx.publish) -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RecordPublished(EventBody):
+    """The workflow published a record to a user topic (``ctx.publish``).
+
+    The record went out in the transaction that recorded this event, so a read_committed
+    consumer sees it exactly once, with the state change that made it; replay matches the
+    event and publishes nothing. ``value`` is the value's bytes (JSON or binary); with
+    ``avro_schema`` set it is the value's JSON form and the processor writes it as Avro
+    binary with that schema.
+    """
+
+    KIND: ClassVar[str] = "RecordPublished"
+    task_id: int
+    topic: str
+    value: Payload
+    key: str | None = None
+    #: The partition asked for; None: the key's partition (murmur2), or any without a key.
+    partition: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    avro_schema: str = ""
+
+
 EVENT_TYPES: tuple[type[EventBody], ...] = (
     ExecutionStarted,
     ExecutionCompleted,
@@ -334,6 +360,7 @@ EVENT_TYPES: tuple[type[EventBody], ...] = (
     TagsUpserted,
     PatchMarker,
     ExecutionReset,
+    RecordPublished,
 )
 
 

@@ -32,6 +32,7 @@ from engine.core.history import (
     ExecutionStarted,
     HistoryEvent,
     InlineStepCompleted,
+    RecordPublished,
     TaskCompleted,
     TaskScheduled,
 )
@@ -124,6 +125,7 @@ _EVENT_RULES: dict[type, tuple[str, str, str]] = {
     EventRaised: ("event", "input", "the event payload"),
     EventSent: ("event", "input", "the event payload"),
     CustomStatusSet: ("custom_status", "status", "the custom status"),
+    RecordPublished: ("event", "value", "the published value"),
 }
 
 

@@ -181,6 +181,22 @@ class SetCustomStatus(Action):
 
 
 @dataclass(frozen=True, slots=True)
+class PublishRecord(Action):
+    """Produce one record to a user topic in the turn's transaction (``ctx.publish``;
+    ``RecordPublished`` is in history). The processor refuses a topic that is not declared
+    (``publish_topics``) and writes ``value`` as Avro when ``avro_schema`` is set."""
+
+    task_id: int
+    topic: str
+    value: Payload
+    key: str | None
+    partition: int | None
+    headers: dict[str, str]
+    avro_schema: str
+    generation: int = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
 class Rejected:
     """An inbound event that matched no waiting point; it was not applied or recorded."""
 

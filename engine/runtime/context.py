@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import random
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, MutableMapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -22,8 +22,9 @@ from engine.runtime.activity_options import activity_options
 from engine.runtime.durable import ActivityCall, ChildTask
 from engine.runtime.fastjson import encode as _payload
 from engine.runtime.generation import ContinueAsNewRequested
+from engine.runtime.publishing import publish_request
 from engine.runtime.retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy
-from engine.runtime.tasks import Task, WhenAll, WhenAny
+from engine.runtime.tasks import Task, WhenAll, WhenAny, completed_task
 
 if TYPE_CHECKING:
     from engine.runtime.generation import Generation
@@ -255,6 +256,28 @@ class WorkflowContext:
     def send_event(self, instance_id: str, name: str, input: Any = None) -> None:
         """Raise event ``name`` on another instance (fire and forget)."""
         self._gen.send_event(instance_id, name, _payload(input))
+
+    def publish(
+        self,
+        topic: str,
+        value: Any,
+        *,
+        key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        partition: int | None = None,
+        avro_schema: str | Mapping[str, Any] | None = None,
+    ) -> Task[None]:
+        """Publish a record to the user topic ``topic``, exactly once.
+
+        The record is produced in the transaction that records this turn, so a
+        read_committed consumer sees it once, together with the state change; it is
+        journaled (``RecordPublished``), so replay never publishes it again. ``value`` is
+        written as its bytes when it is ``bytes``, as Avro binary with ``avro_schema`` (the
+        schema as JSON text or a dict), and as JSON otherwise. The topic must be declared
+        in the ``publish_topics`` setting. Awaiting the task is optional (it is already done).
+        """
+        self._gen.publish(publish_request(topic, value, key, headers, partition, avro_schema))
+        return completed_task(None)
 
     def when_all(self, tasks: Iterable[Awaitable[Any]]) -> Task[list[Any]]:
         """All results, in order; coroutines are spawned as fibers."""

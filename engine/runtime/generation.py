@@ -11,6 +11,7 @@ import hashlib
 import random
 from collections import deque
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -28,11 +29,12 @@ from engine.core.history import (
     InlineStepCompleted,
     InlineStepFailed,
     PatchMarker,
+    RecordPublished,
     TagsUpserted,
 )
 from engine.core.payloads import Payload
 from engine.core.tags import merged_tags
-from engine.runtime.actions import RunInlineStep, SendEvent, SetCustomStatus
+from engine.runtime.actions import PublishRecord, RunInlineStep, SendEvent, SetCustomStatus
 from engine.runtime.cancel import cancelled_error, is_cancelled
 from engine.runtime.driver import Fiber
 from engine.runtime.durable import ChildTask, ConditionTask, EventWait, TimerTask
@@ -288,6 +290,26 @@ class Generation:
         if self.command(EventSent(task_id, target, name, payload)) is None:
             self.journal.actions.append(
                 SendEvent(task_id, target, name, payload, generation=self.number)
+            )
+
+    def publish(self, record: RecordPublished) -> None:
+        """Journal a record to publish (its ``task_id`` is replaced by the next one); live,
+        the processor produces it in this turn's transaction, on replay nothing is sent."""
+        task_id = self.next_task_id
+        self.next_task_id = task_id + 1
+        body = replace(record, task_id=task_id)
+        if self.command(body) is None:
+            self.journal.actions.append(
+                PublishRecord(
+                    task_id,
+                    body.topic,
+                    body.value,
+                    body.key,
+                    body.partition,
+                    dict(body.headers),
+                    body.avro_schema,
+                    generation=self.number,
+                )
             )
 
     def set_custom_status(self, payload: Payload | None) -> None:

@@ -1,17 +1,18 @@
 """The journal: the current generation's history, and replay matching.
 
 Every decision the workflow code makes (schedule an activity, run an inline step, start a
-child, create or cancel a timer, send an event, set a custom status or tags, end) is a *command*
-event in history. Live, a command is appended with the next sequence number. During replay
-the code runs again and each command it asks for is matched, in order, against the command
-events that the same turn recorded; a difference raises :class:`NonDeterminismError` naming
-the recorded event's sequence number and both sides.
+child, create or cancel a timer, send an event, publish a record, set a custom status or
+tags, end) is a *command* event in history. Live, a command is appended with the next
+sequence number. During replay the code runs again and each command it asks for is matched,
+in order, against the command events that the same turn recorded; a difference raises
+:class:`NonDeterminismError` naming the recorded event's sequence number and both sides.
 
 What counts as a difference: the kind of command always; the task id (which encodes the
 order); an activity's name, input and attempt; an inline step's name; a child workflow's
-name; an event's target and name; the status an instance ends with. A timer's fire time,
-an activity's timeout, a child's input, a custom status value and upserted tags may change between
-deployments without breaking running instances (the recorded values stay in force).
+name; an event's target and name; a published record's topic; the status an instance ends
+with. A timer's fire time, an activity's timeout, a child's input, a published record's
+value, a custom status value and upserted tags may change between deployments without
+breaking running instances (the recorded values stay in force).
 
 Patch markers (``ctx.patched``) are decisions too, but a recorded marker is looked up rather
 than demanded: :meth:`Journal.patch` consumes it when the code asks for its patch id at that
@@ -38,6 +39,7 @@ from engine.core.history import (
     InlineStepCompleted,
     InlineStepFailed,
     PatchMarker,
+    RecordPublished,
     TagsUpserted,
     TaskScheduled,
     TimerCancelled,
@@ -64,6 +66,7 @@ DECISION_TYPES: frozenset[type[EventBody]] = frozenset(
         ActivityCancelRequested,
         TagsUpserted,
         PatchMarker,
+        RecordPublished,
     }
 )
 """Event kinds that workflow code decides (everything else is applied from outside)."""
@@ -98,6 +101,10 @@ def _same_event_sent(a: EventSent, b: EventSent) -> bool:
     )
 
 
+def _same_publish(a: RecordPublished, b: RecordPublished) -> bool:
+    return a.task_id == b.task_id and a.topic == b.topic
+
+
 def _same_end(a: ExecutionCompleted, b: ExecutionCompleted) -> bool:
     return a.status == b.status
 
@@ -120,6 +127,7 @@ _MATCHERS: dict[type[EventBody], Callable[[Any, Any], bool]] = {
     ActivityCancelRequested: lambda a, b: a.task_id == b.task_id and a.attempt == b.attempt,
     TagsUpserted: _always,
     PatchMarker: lambda a, b: a.patch_id == b.patch_id,
+    RecordPublished: _same_publish,
 }
 
 
@@ -158,6 +166,8 @@ def describe(body: EventBody) -> str:
             f"keep that call (or ctx.deprecate_patch({body.patch_id!r})) while instances that "
             f"recorded it may replay"
         )
+    if isinstance(body, RecordPublished):
+        return f"{kind}(task_id={body.task_id}, topic={body.topic!r})"
     task_id = getattr(body, "task_id", None)
     if task_id is not None:
         return f"{kind}(task_id={task_id})"

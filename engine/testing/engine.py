@@ -156,6 +156,7 @@ class TestEngine(ScheduleMethods):
             watchdog=TurnWatchdog(base.turn_budget_ms),
             turn_max_events=base.turn_max_events,
             tracing=self._tracing,
+            publish_topics=frozenset(base.publish_topics),
         )
         self._env = env
         self.processors = {
@@ -397,7 +398,10 @@ class TestEngine(ScheduleMethods):
         ]
 
     def records(self, topic: str) -> list[RawRecord]:
-        """What was written to a topic, by full name or spec name (``dead-letters``)."""
+        """What was written to a topic, by full name or spec name (``dead-letters``), or
+        to a user topic of the ``publish_topics`` setting (``ctx.publish``)."""
+        if topic in self._env.publish_topics:
+            return self.log.read(topic)
         full = topic if topic in self.topics.names() else full_name(self.namespace, topic)
         if full not in self.topics.names() and not self.topics.is_task_queue(full):
             names = ", ".join(logical_names())
@@ -545,7 +549,7 @@ class TestEngine(ScheduleMethods):
     def _produce(
         self,
         topic: str,
-        key: bytes,
+        key: bytes | None,
         value: bytes | None,
         partition: int | None = None,
         headers: tuple[tuple[str, bytes], ...] = (),
@@ -554,7 +558,7 @@ class TestEngine(ScheduleMethods):
         if topic in self._inputs:
             self._inbox[record.partition].append(record)
         elif topic == self.topics.status:
-            self._view.apply_record(key, value)
+            self._view.apply_record(key or b"", value)
         elif topic == self.topics.command_outcomes:
             self._outcomes.apply_record(value)
         elif self.topics.is_task_queue(topic):

@@ -24,15 +24,15 @@ class MemoryTopics:
     def append(
         self,
         topic: str,
-        key: bytes,
+        key: bytes | None,
         value: bytes | None,
         partition: int | None,
         timestamp_ms: int,
         headers: tuple[tuple[str, bytes], ...] = (),
     ) -> RawRecord:
         """Write one record; returns it with its partition and offset."""
-        if partition is None:
-            partition = murmur2_partition(key, self.partitions)
+        if partition is None:  # a record without a key (published ones may have none): 0
+            partition = 0 if key is None else murmur2_partition(key, self.partitions)
         log = self._logs[(topic, partition)]
         record = RawRecord(partition, len(log), key, value, timestamp_ms, topic, headers)
         log.append(record)

@@ -169,7 +169,7 @@ class Batch:
     def emit(
         self,
         topic: str,
-        key: bytes,
+        key: bytes | None,
         value: bytes | None,
         partition: int | None,
         headers: Headers = (),

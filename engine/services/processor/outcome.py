@@ -50,6 +50,7 @@ from engine.runtime.interrupt import TurnEventsExceeded
 from engine.services.processor import cancels, keys, parking, pending, spans
 from engine.services.processor.batch import Batch
 from engine.services.processor.poison import BOUND_ERRORS, TINY, check_turn, fitting
+from engine.services.processor.publish import publish_record
 from engine.services.processor.state import Loaded
 from engine.services.watchdog import REPLAY_EVENTS_PER_BUDGET
 
@@ -443,4 +444,5 @@ ACTION_HANDLERS: dict[type, ActionHandler] = {
     act.CancelActivity: _cancel_activity,
     act.RunInlineStep: _nothing_to_send,
     act.SetCustomStatus: _nothing_to_send,
+    act.PublishRecord: publish_record,
 }

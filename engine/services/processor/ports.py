@@ -37,7 +37,7 @@ class OutRecord:
     record the broker refuses fails that instance alone."""
 
     topic: str
-    key: bytes
+    key: bytes | None
     value: bytes | None
     partition: int | None = None
     headers: Headers = ()

@@ -252,3 +252,5 @@ class Environment:
     turn_max_events: int = DEFAULT_MAX_TURN_EVENTS
     #: Where the spans of committed runs and turns go (tracing off: :class:`NoTracing`).
     tracing: TraceHook = field(default_factory=NoTracing)
+    #: The user topics workflows may publish to (``ctx.publish``; setting publish_topics).
+    publish_topics: frozenset[str] = frozenset()

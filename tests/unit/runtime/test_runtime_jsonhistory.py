@@ -30,6 +30,7 @@ from engine.core.history import (
     InlineStepFailed,
     ParentClosePolicy,
     PatchMarker,
+    RecordPublished,
     RuntimeStatus,
     TagsUpserted,
     TaskCompleted,
@@ -71,6 +72,7 @@ BODIES = [
     TagsUpserted({"customer": "c-42", "tier": ""}),
     PatchMarker("fix-42", deprecated=True),
     ExecutionReset(12, "redo the charge", "req-1", "source-1"),
+    RecordPublished(6, "orders", Payload(b"\x00\x01", "binary"), "o-1", 2, {"h": "v"}, "{}"),
 ]
 
 

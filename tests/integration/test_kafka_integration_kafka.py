@@ -1,0 +1,138 @@
+"""Kafka integration on the real broker: ``ctx.publish`` is seen exactly once by a
+read_committed consumer, and triggers start workflows and raise events from business
+topics (JSON and Avro values), with unusable records in dead letters."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from engine_harness import DEFAULT_MODULES, ThreadProcess, read_topic, running_engine, wait_until
+
+from engine.adapters.kafka_config import producer_config
+from engine.adapters.kafka_triggers import TriggerBridge
+from engine.codec import decode_message, encode_user_avro
+from engine.config.triggers import Trigger, parse_triggers
+from engine.core.history import RecordPublished, RuntimeStatus
+from engine.core.messages import DeadLetter
+from engine.core.payloads import from_payload
+
+pytestmark = pytest.mark.kafka
+
+MODULES = (*DEFAULT_MODULES, "tests.publish_workflows")
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "out", "type": "string"},
+        {"name": "total", "type": "long"},
+    ],
+}
+
+
+def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, Any]]) -> None:
+    """Business records from an ordinary (non-engine) producer; dict values as JSON."""
+    producer = Producer(producer_config(bootstrap))
+    for key, value in records:
+        data = json.dumps(value).encode() if isinstance(value, dict) else value
+        producer.produce(topic, key=key, value=data)
+    assert producer.flush(30) == 0
+
+
+def test_published_records_are_seen_once_with_the_state_change(
+    kafka_bootstrap: str, make_topic: Any
+) -> None:
+    out = make_topic(partitions=3, prefix="orders")
+    with running_engine(
+        kafka_bootstrap,
+        partitions=2,
+        modules=MODULES,
+        settings_changes={"publish_topics": (out,)},
+    ) as engine:
+        runs = [
+            engine.client.start("pub.order", {"out": out, "total": i}, instance_id=f"o-{i}")
+            for i in range(8)
+        ]
+        for run in runs:
+            assert engine.wait_for_completion(run, 120).status is RuntimeStatus.COMPLETED
+        published = read_topic(kafka_bootstrap, out)
+        assert sorted(r.key or b"" for r in published) == sorted(r.encode() for r in runs)
+        for record in published:
+            body = json.loads(record.value or b"")
+            assert body["order"] == (record.key or b"").decode()
+            assert record.headers == {"source": b"pub.order"}
+        for run in runs:
+            journaled = [e.body for e in engine.history(run) if isinstance(e.body, RecordPublished)]
+            assert [b.topic for b in journaled] == [out]
+
+
+def test_triggers_start_workflows_raise_events_and_dead_letter_the_rest(
+    kafka_bootstrap: str, make_topic: Any
+) -> None:
+    orders = make_topic(partitions=3, prefix="biz-orders")
+    payments = make_topic(partitions=2, prefix="biz-payments")
+    out = make_topic(partitions=1, prefix="out")
+    avro_orders = make_topic(partitions=1, prefix="biz-avro")
+    [avro] = parse_triggers(
+        [
+            {
+                "topic": avro_orders,
+                "workflow": "pub.order",
+                "format": "avro",
+                "schema": json.dumps(ORDER),
+                "id": "field:id",
+            }
+        ]
+    )
+    triggers = (
+        avro,
+        Trigger(topic=orders, workflow="pub.order"),
+        Trigger(
+            topic=payments, workflow="pub.waiter", action="raise", event="paid", id="field:order.id"
+        ),
+    )
+    with running_engine(
+        kafka_bootstrap,
+        partitions=2,
+        modules=MODULES,
+        settings_changes={"publish_topics": (out,), "triggers": triggers},
+    ) as engine:
+        waiter = engine.client.start("pub.waiter", None, instance_id="w-1")
+        bridge = TriggerBridge(engine.settings)
+        handle = ThreadProcess("triggers", bridge.run).start()
+        try:
+            produce(
+                kafka_bootstrap,
+                orders,
+                [(f"biz-{i}".encode(), {"out": out, "total": i}) for i in range(5)]
+                + [(None, {"out": out}), (b"biz-x", b"not json")],
+            )
+            produce(kafka_bootstrap, payments, [(b"any", {"order": {"id": "w-1"}, "eur": 9})])
+            produce(kafka_bootstrap, payments, [(b"any", {"order": {}})])
+            value = {"id": "avro-1", "out": out, "total": 7}
+            produce(kafka_bootstrap, avro_orders, [(None, encode_user_avro(avro.schema, value))])
+            assert engine.wait_for_completion("avro-1", 120).status is RuntimeStatus.COMPLETED
+            for i in range(5):
+                state = engine.wait_for_completion(f"biz-{i}", 120)
+                assert state.status is RuntimeStatus.COMPLETED
+            state = engine.wait_for_completion(waiter, 120)
+            assert state.output == {"order": {"id": "w-1"}, "eur": 9}
+            wait_until(lambda: bridge.dead_letters == 3, 60, what="three dead letters")
+        finally:
+            handle.stop()
+        assert handle.error is None, handle.error
+        letters = [decode_message(r.value or b"") for r in engine.dead_letters()]
+        assert all(isinstance(d, DeadLetter) for d in letters)
+        reasons = sorted(d.reason for d in letters if isinstance(d, DeadLetter))
+        assert any("has no key" in r for r in reasons), reasons
+        assert any("not JSON" in r for r in reasons), reasons
+        assert any("no field 'order.id'" in r for r in reasons), reasons
+        started = [
+            e for e in engine.history("biz-0") if type(e.body).__name__ == "ExecutionStarted"
+        ]
+        assert len(started) == 1
+        assert from_payload(started[0].body.input) == {"out": out, "total": 0}  # type: ignore[attr-defined]
+        assert len(read_topic(kafka_bootstrap, out)) == 6
