@@ -30,6 +30,7 @@ from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
 from engine.adapters.kafka_client import KafkaCommandSink, KafkaOutcomeReader, KafkaStatusReader
+from engine.adapters.schema_registry import connect_schema_registry
 from engine.adapters.tracing import traced_start
 from engine.config.settings import Settings, load_settings
 from engine.config.topics import topic_names
@@ -78,6 +79,7 @@ class Client:
             settings = load_settings(bootstrap_servers=bootstrap_servers, namespace=namespace)
         self.settings = settings
         self.topics = topic_names(settings.namespace)
+        connect_schema_registry(settings)  # status and outcomes may be registry-framed
         self._sink = KafkaCommandSink(
             settings.bootstrap_servers,
             self.topics.commands,

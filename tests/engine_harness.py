@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -569,9 +569,11 @@ def running_engine(
     state_dir: Path | None = None,
     worker_concurrency: int = 16,
     keep_topics: bool = False,
+    extra_settings: Mapping[str, Any] | None = None,
 ) -> Iterator[RunningEngine]:
     """Topics of a fresh namespace, ``replicas`` processor replicas (``processor-<i>``) and
-    ``workers`` activity workers (``worker-<i>``), and a client; everything stops on exit."""
+    ``workers`` activity workers (``worker-<i>``), and a client; everything stops on exit.
+    ``extra_settings`` are further settings of the in-process engine."""
     namespace = namespace or unique_namespace()
     cleanup_state = state_dir is None
     state = Path(state_dir or tempfile.mkdtemp(prefix=f"{namespace}-"))
@@ -581,6 +583,7 @@ def running_engine(
         partitions=partitions,
         state_dir=str(state),
         env={},
+        **dict(extra_settings or {}),
     )
     if in_process:
         import importlib

@@ -285,3 +285,11 @@ class LocalKafkaError(TurnstileError):
 
 class HistoryIntegrityError(TurnstileError):
     """A history's hash chain is broken: events were altered, removed or reordered."""
+
+
+# --- Schema Registry ------------------------------------------------------------------------
+
+
+class SchemaRegistryError(TurnstileError):
+    """The Schema Registry given by ``schema_registry_url`` cannot be used: it does not
+    answer, or it refuses to register or look up a schema."""
