@@ -11,6 +11,10 @@ why no real registry server runs here); everything else is real.
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -25,6 +29,7 @@ from schema_registry_fake import FakeRegistry, fake_schema_registry
 
 from engine.adapters.kafka_history import read_instance_history
 from engine.adapters.schema_registry import subject_of
+from engine.cli.main import EXIT_ERROR
 from engine.codec import current_schema, verify_history_chain
 from engine.codec.confluent import forget_schema_ids
 from engine.core.history import RuntimeStatus
@@ -137,3 +142,29 @@ def test_registry_consumers_read_what_the_engine_writes(
     assert [e.sequence for e in events] == [e["sequence"] for e in history]
     framed = [m.value() for m in raw[topics.history] if m.key() == from_serializer.encode()]
     assert verify_history_chain(framed) == events[-1].hash
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_processor_whose_registry_is_down_stops_at_start_with_the_reason(
+    kafka_bootstrap: str,
+) -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNSTILE_")}
+    env |= {"TURNSTILE_SCHEMA_REGISTRY_URL": url, "TURNSTILE_WIRE_FORMAT": "confluent"}
+    namespace = f"sr-down-{uuid.uuid4().hex}"
+    argv = ["run", "processor", "--module", "engine.examples.chain3", "--namespace", namespace]
+    run = subprocess.run(
+        [sys.executable, "-m", "engine", *argv, "--bootstrap-servers", kafka_bootstrap],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == EXIT_ERROR, run.stderr
+    assert f"the Schema Registry at {url} does not answer" in run.stderr
+    assert "schema_registry_url" in run.stderr
