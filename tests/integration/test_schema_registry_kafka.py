@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -30,9 +31,10 @@ from schema_registry_fake import FakeRegistry, fake_schema_registry
 from engine.adapters.kafka_history import read_instance_history
 from engine.adapters.schema_registry import subject_of
 from engine.cli.main import EXIT_ERROR
-from engine.codec import current_schema, verify_history_chain
-from engine.codec.confluent import forget_schema_ids
+from engine.codec import current_schema, decode_message, encode_message, verify_history_chain
+from engine.codec.confluent import forget_schema_ids, to_confluent
 from engine.core.history import RuntimeStatus
+from engine.core.messages import DeadLetter, StartWorkflow
 
 pytestmark = pytest.mark.kafka
 
@@ -168,3 +170,27 @@ def test_a_processor_whose_registry_is_down_stops_at_start_with_the_reason(
     assert run.returncode == EXIT_ERROR, run.stderr
     assert f"the Schema Registry at {url} does not answer" in run.stderr
     assert "schema_registry_url" in run.stderr
+
+
+def test_a_command_framed_with_an_id_no_registry_knows_goes_to_dead_letters(
+    engine: RunningEngine,
+) -> None:
+    instance_id = f"sr-unknown-{uuid.uuid4().hex[:8]}"
+    start = StartWorkflow(instance_id, name="chain3.inline", request_id=uuid.uuid4().hex)
+    unknown_id = 2**31 - 7  # the fake registry's ids are far below
+    value = to_confluent(encode_message(start), unknown_id)
+    producer = Producer({"bootstrap.servers": engine.bootstrap, "partitioner": "murmur2_random"})
+    producer.produce(engine.topics.commands, key=instance_id.encode(), value=value)
+    assert producer.flush(30) == 0
+
+    letters: list[DeadLetter] = []
+    deadline = time.monotonic() + 60  # a bound on the wait, not a speed target
+    while not letters and time.monotonic() < deadline:
+        decoded = [decode_message(r.value) for r in engine.dead_letters() if r.value]
+        letters = [d for d in decoded if isinstance(d, DeadLetter) and d.value == value]
+        if not letters:
+            time.sleep(0.5)
+    assert letters, "the record did not reach the dead letters"
+    assert f"schema id {unknown_id}" in letters[0].reason
+    assert "HTTP 404" in letters[0].reason
+    assert engine.client.get(instance_id) is None
