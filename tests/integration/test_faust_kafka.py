@@ -7,6 +7,7 @@ ordinary faust topics.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import uuid
@@ -39,9 +40,15 @@ DEADLINE_S = 120.0
 
 
 @pytest.fixture(scope="module")
-def engine(kafka_bootstrap: str) -> Iterator[RunningEngine]:
+def engine(kafka_bootstrap: str, admin: Any) -> Iterator[RunningEngine]:
     with running_engine(kafka_bootstrap, partitions=2) as running:
         yield running
+    # faust's own topics (its assignor's leader topic) are named after the app id
+    leftovers = [t for t in admin.list_topics(timeout=10).topics if t.startswith(running.namespace)]
+    if leftovers:
+        for future in admin.delete_topics(leftovers, operation_timeout=30).values():
+            with contextlib.suppress(Exception):  # best effort, as for the test's own topics
+                future.result(timeout=30)
 
 
 class Shop:

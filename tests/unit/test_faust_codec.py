@@ -52,3 +52,25 @@ def test_what_is_not_an_engine_record_is_refused_with_the_reason() -> None:
         codecs.dumps(HISTORY_CODEC, MESSAGES[0])
     with pytest.raises(MalformedRecordError, match="marker c3 01"):
         codecs.loads(MESSAGE_CODEC, b'{"id": 1}')
+
+
+def test_with_a_registry_connected_the_codec_reads_the_registry_s_format() -> None:
+    from schema_registry_fake import fake_schema_registry
+
+    from engine.adapters.schema_registry import connect_schema_registry
+    from engine.codec.confluent import forget_schema_ids
+    from engine.config.settings import load_settings
+    from engine.config.topics import topic_names
+
+    status = MESSAGES[2]
+    with fake_schema_registry() as (url, _registry):
+        settings = load_settings(
+            env={}, namespace="faust-sr", schema_registry_url=url, wire_format="confluent"
+        )
+        try:
+            wire = connect_schema_registry(settings)
+            framed = wire.frame(topic_names("faust-sr").status, encode_message(status))
+            assert framed is not None and framed[:1] == b"\x00"
+            assert codecs.loads(MESSAGE_CODEC, framed) == status
+        finally:
+            forget_schema_ids()
