@@ -33,6 +33,7 @@ from typing import Any, Generic, Self, TypeVar
 
 from engine.adapters.kafka_client import KafkaCommandSink, KafkaOutcomeReader, KafkaStatusReader
 from engine.adapters.kafka_history import ProgressCallback
+from engine.adapters.schema_registry import connect_schema_registry
 from engine.adapters.status_scan import list_page_from_topic
 from engine.adapters.tracing import traced_start
 from engine.config.settings import Settings, load_settings
@@ -102,6 +103,7 @@ class Client(ScheduleMethods):
             settings = load_settings(bootstrap_servers=bootstrap_servers, namespace=namespace)
         self.settings = settings
         self.topics = topic_names(settings.namespace)
+        connect_schema_registry(settings)  # status and outcomes may be registry-framed
         self._sink = KafkaCommandSink(
             settings.bootstrap_servers,
             self.topics.commands,

@@ -576,7 +576,9 @@ def running_engine(
     settings_changes: dict[str, Any] | None = None,
 ) -> Iterator[RunningEngine]:
     """Topics of a fresh namespace, ``replicas`` processor replicas (``processor-<i>``) and
-    ``workers`` activity workers (``worker-<i>``), and a client; everything stops on exit."""
+    ``workers`` activity workers (``worker-<i>``), and a client; everything stops on exit.
+    ``settings_changes`` are further settings of the in-process engine and the client;
+    subprocess replicas take theirs as ``processor_args``."""
     namespace = namespace or unique_namespace()
     cleanup_state = state_dir is None
     state = Path(state_dir or tempfile.mkdtemp(prefix=f"{namespace}-"))

@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from engine.adapters.kafka_client import partition_count
 from engine.adapters.kafka_config import consumer_config
 from engine.adapters.kafka_io import log_end_offsets, poll_batch
+from engine.adapters.schema_registry import connect_schema_registry
 from engine.codec import decode_history
 from engine.config.settings import Settings
 from engine.config.topics import topic_names
@@ -61,6 +62,7 @@ class TopicReader:
         self.settings = settings
         self.progress_every_s = progress_every_s
         self.stall_timeout_s = stall_timeout_s
+        connect_schema_registry(settings)  # history and status may be registry-framed
         #: topic -> partition -> the offset the last read of it stopped at (the next one).
         self.positions: dict[str, dict[int, int]] = {}
         self._consumer = Consumer(

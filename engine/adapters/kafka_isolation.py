@@ -21,6 +21,7 @@ from engine.adapters.kafka_io import (
     TransactionalProducer,
     kafka_error,
 )
+from engine.adapters.schema_registry import SINGLE_OBJECT, WireFormat
 from engine.core.errors import BrokerRefusalError, InstanceTurnError, PayloadTooLargeError
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.services.processor.ports import OutRecord
@@ -52,10 +53,14 @@ def record_size(record: OutRecord) -> int:
 
 
 def produce_batch(
-    producer: TransactionalProducer, outputs: Sequence[Produced], record_limit: int
+    producer: TransactionalProducer,
+    outputs: Sequence[Produced],
+    record_limit: int,
+    wire: WireFormat = SINGLE_OBJECT,
 ) -> None:
-    """Produce every record into the open transaction; a record over ``record_limit`` or
-    refused by the producer raises :class:`InstanceTurnError` for its origin."""
+    """Produce every record into the open transaction, framed as ``wire`` says for its
+    topic; a record over ``record_limit`` or refused by the producer raises
+    :class:`InstanceTurnError` for its origin."""
     for partition, r in outputs:
         size = record_size(r)
         if size > record_limit:
@@ -64,7 +69,7 @@ def produce_batch(
             )
             raise refusal(partition, r, failure_from_exception(error, retryable=False))
         try:
-            producer.produce(r.topic, r.key, r.value, r.partition, r.headers)
+            producer.produce(r.topic, r.key, wire.frame(r.topic, r.value), r.partition, r.headers)
         except RecordRejectedError as exc:
             cause = kafka_error(exc.__cause__) if exc.__cause__ is not None else None
             if cause is None or cause.code() in RECORD_ERRORS:

@@ -61,6 +61,7 @@ from engine.adapters.kafka_isolation import Produced, produce_batch, refused_in_
 from engine.adapters.kafka_recovery import Recovery
 from engine.adapters.kafka_restore import RestoreReport, restore_tables
 from engine.adapters.rocks_store import RocksPartitionStore
+from engine.adapters.schema_registry import connect_schema_registry
 from engine.config.settings import Settings
 from engine.config.topics import TopicNames, topic_max_message_bytes, topic_names
 from engine.core.errors import (
@@ -190,6 +191,8 @@ class ProcessorRunner:
         self._stop: threading.Event | None = None
         self._client_id = f"{settings.namespace}.processor.{settings.replica_id}"
         self._recovery = Recovery(f"processor {settings.replica_id}")
+        #: How history, status and outcomes are framed (checks the registry, if any, first).
+        self._wire = connect_schema_registry(settings)
         self._consumer = self._new_consumer()
         self._producer = self._new_producer()
 
@@ -402,7 +405,7 @@ class ProcessorRunner:
             self._producer.begin()
             # 5. produce the batch's output inside the transaction (a record over the
             # record limit or refused up front raises InstanceTurnError for its origin)
-            produce_batch(self._producer, outputs, self.env.limits.record)
+            produce_batch(self._producer, outputs, self.env.limits.record, self._wire)
             t = self._observe(Step.PRODUCE, t, len(outputs))
             # 6. add the consumed offsets to the transaction
             if offsets:

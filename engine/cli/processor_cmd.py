@@ -17,6 +17,7 @@ from engine.adapters import kafka_admin
 from engine.adapters.kafka_processor import ProcessorRunner
 from engine.adapters.kafka_worker import KafkaWorker
 from engine.adapters.metrics import WorkerMetrics
+from engine.adapters.schema_registry import connect_schema_registry
 from engine.cli import SubParsers
 from engine.cli.integration import (
     check_integration_topics,
@@ -110,11 +111,22 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
         **extra,
     )
     settings = with_integration_flags(settings, args.trigger, args.publish_topic)
+    log.info("wire format: %s", _wire_format_line(settings))
     import_modules([*settings.modules, *args.modules])
     require_registered(default_registry.workflows(), "workflows")
     kafka_admin.ensure_topics(settings, load_spec(), settings.connect_timeout_s)
     check_integration_topics(settings, default_registry)
     return settings
+
+
+def _wire_format_line(settings: Settings) -> str:
+    """Check the Schema Registry (if one is set) before anything joins a group; a line for
+    the log saying how history, status and outcomes are written."""
+    wire = connect_schema_registry(settings)
+    if not wire.schema_ids:
+        return settings.wire_format
+    ids = ", ".join(f"{topic} id {schema_id}" for topic, schema_id in wire.schema_ids.items())
+    return f"{settings.wire_format} ({settings.schema_registry_url}: {ids})"
 
 
 def _run_processor(args: argparse.Namespace) -> int:

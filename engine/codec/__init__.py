@@ -4,6 +4,8 @@ This package is the only place that knows Avro (and the only importer of fastavr
 record starts with ``C3 01`` and the CRC-64-AVRO fingerprint of its writer schema, so a
 reader always knows which schema wrote it; records of released older schemas are resolved
 against the current ones. See ``schemas/README.md`` for the contract and evolution rules.
+With a Schema Registry, records may also carry the registry's framing (magic byte and
+schema id, ``engine.codec.confluent``); decoding accepts both.
 """
 
 from engine.codec.container import history_schema, read_history_file, write_history_file

@@ -23,6 +23,7 @@ from fastavro.validation import validate
 
 from engine.codec.bindings import MESSAGE_RECORD_TYPES, from_avro, to_avro
 from engine.codec.compiler import compile_schema
+from engine.codec.confluent import is_confluent, registry_configured, to_single_object
 from engine.codec.registry import (
     COMMAND,
     HEADER_SIZE,
@@ -105,7 +106,7 @@ def decode_history(data: bytes) -> HistoryEvent:
         data = _as_bytes(data)
     decoder = _HISTORY_DECODERS.get(data[:HEADER_SIZE])
     if decoder is None:
-        decoder = _lookup(data, _HISTORY_DECODERS, "history event")
+        data, decoder = _lookup(data, _HISTORY_DECODERS, "history event")
     event: HistoryEvent = decoder(data)
     return event
 
@@ -123,7 +124,7 @@ def decode_message(data: bytes) -> Message:
         data = _as_bytes(data)
     decoder = _MESSAGE_DECODERS.get(data[:HEADER_SIZE])
     if decoder is None:
-        decoder = _lookup(data, _MESSAGE_DECODERS, "message")
+        data, decoder = _lookup(data, _MESSAGE_DECODERS, "message")
     msg: Message = decoder(data)
     return msg
 
@@ -140,7 +141,7 @@ def decode_row(data: bytes) -> InstanceRow:
         data = _as_bytes(data)
     decoder = _ROW_DECODERS.get(data[:HEADER_SIZE])
     if decoder is None:
-        decoder = _lookup(data, _ROW_DECODERS, "instance row")
+        data, decoder = _lookup(data, _ROW_DECODERS, "instance row")
     row: InstanceRow = decoder(data)
     return row
 
@@ -179,8 +180,14 @@ def history_hash_ok(data: bytes) -> bool:
     """Whether one encoded history record carries the right hash of its own bytes.
 
     Works on the raw bytes of any writer schema version (the hash field is always last);
-    an unsealed record (empty hash) is not ok.
+    an unsealed record (empty hash) is not ok. A Confluent-framed record is checked as the
+    single-object record it was sealed as.
     """
+    if is_confluent(data) and registry_configured():
+        try:
+            data = to_single_object(bytes(data))
+        except CodecError:
+            return False
     if len(data) < HEADER_SIZE + _SEALED_TAIL or data[-_SEALED_TAIL] != 0x40:
         return False
     if bytes(data[:HEADER_SIZE]) not in _known_history():
@@ -250,18 +257,23 @@ def _first_bytes(data: bytes) -> str:
     return data[:16].hex(" ") + (" ..." if len(data) > 16 else "")
 
 
-def _lookup(data: bytes, table: dict[bytes, Decoder], what: str) -> Decoder:
-    """The slow path of a decode: load tables, check the header, explain failures."""
+def _lookup(data: bytes, table: dict[bytes, Decoder], what: str) -> tuple[bytes, Decoder]:
+    """The slow path of a decode: load tables, reframe a Confluent-framed record as
+    single-object encoding, check the header, explain failures. Returns the record as
+    single-object bytes and its decoder."""
     _ensure_loaded()
+    if is_confluent(data) and registry_configured():
+        data = to_single_object(data)
     if len(data) < HEADER_SIZE or data[:2] != MARKER:
         raise MalformedRecordError(
             f"not a single-object-encoded Avro {what}: expected the marker c3 01 and an 8-byte "
             f"schema fingerprint, found {len(data)} bytes starting {_first_bytes(data)!r}. "
-            f"Producers must write records as described in schemas/README.md."
+            f"Producers must write records as described in schemas/README.md (a record in the "
+            f"Confluent wire format, magic byte 00 and a schema id, needs schema_registry_url)."
         )
     fingerprint = data[2:HEADER_SIZE]
     if data[:HEADER_SIZE] in table:
-        return table[data[:HEADER_SIZE]]
+        return data, table[data[:HEADER_SIZE]]
     other = _KNOWN.get(fingerprint)
     if other is not None:
         raise UnknownSchemaError(

@@ -101,6 +101,13 @@ class Settings:
     #: Business topics whose records start workflows or raise events (``[[triggers]]``,
     #: ``--trigger TOPIC:WORKFLOW[:ACTION]``); see engine.config.triggers.
     triggers: tuple[Trigger, ...] = ()
+    #: A Confluent-compatible Schema Registry (``http://HOST:PORT``); empty: none. With one,
+    #: commands in the registry's wire format are accepted beside single-object ones.
+    schema_registry_url: str = ""
+    #: How the processor writes history, status and command outcomes: ``single-object``
+    #: (needs no registry) or ``confluent`` (magic byte, schema id, Avro; the schemas are
+    #: registered under ``<topic>-value``), for tools that read the registry's format.
+    wire_format: str = "single-object"
 
     @property
     def limits(self) -> Limits:
@@ -348,6 +355,8 @@ _CHECKS: dict[str, Callable[[str, Any], str | None]] = {
     "max_record_bytes": _positive,
     "turn_budget_ms": _positive,
     "turn_max_events": _positive,
+    "schema_registry_url": lambda _name, value: schema_registry_url_problem(value),
+    "wire_format": lambda _name, value: wire_format_problem(value),
 }
 
 
@@ -359,6 +368,36 @@ def _validate(settings: Settings) -> None:
                 f"{problem} (setting {name}: --{name.replace('_', '-')} or {env_name(name)})"
             )
     settings.limits  # noqa: B018 - raises ConfigurationError when the limits do not fit
+    if settings.wire_format == CONFLUENT_WIRE_FORMAT and not settings.schema_registry_url:
+        raise ConfigurationError(
+            "wire_format = confluent needs a Schema Registry: set schema_registry_url "
+            "(in the config file or TURNSTILE_SCHEMA_REGISTRY_URL), or use single-object"
+        )
+
+
+#: The values of the ``wire_format`` setting.
+SINGLE_OBJECT_WIRE_FORMAT = "single-object"
+CONFLUENT_WIRE_FORMAT = "confluent"
+WIRE_FORMATS = (SINGLE_OBJECT_WIRE_FORMAT, CONFLUENT_WIRE_FORMAT)
+
+
+def wire_format_problem(value: str) -> str | None:
+    if value in WIRE_FORMATS:
+        return None
+    return f"wire_format {value!r} must be one of {', '.join(WIRE_FORMATS)}"
+
+
+def schema_registry_url_problem(value: str) -> str | None:
+    """A registry URL is ``http(s)://HOST[:PORT][/PATH]`` (or empty: no registry)."""
+    if not value:
+        return None
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme.lower() not in {"http", "https"} or not rest.strip("/"):
+        return (
+            f"schema_registry_url {value!r} must be an http:// or https:// URL, for example "
+            f"http://127.0.0.1:8081"
+        )
+    return None
 
 
 def bootstrap_servers_problem(value: str) -> str | None:

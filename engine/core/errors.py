@@ -352,3 +352,11 @@ class PublishError(TurnstileError):
 class TriggerError(ConfigurationError):
     """A trigger (``--trigger``, ``[[triggers]]``) is malformed or names what does not
     exist."""
+
+
+# --- Schema Registry ------------------------------------------------------------------------
+
+
+class SchemaRegistryError(TurnstileError):
+    """The Schema Registry given by ``schema_registry_url`` cannot be used: it does not
+    answer, or it refuses to register or look up a schema."""

@@ -125,7 +125,7 @@ def test_the_settings_table_lists_every_setting_with_its_env_name_and_default() 
         if name == "state_dir":
             assert default == "`~/.cache/turnstile/state`"
             assert value == str(Path.home() / ".cache/turnstile/state")
-        elif value in ((), {}):
+        elif value in ((), {}, ""):
             assert default == "(none)", name
         else:
             assert default == f"`{value}`", name

@@ -23,7 +23,8 @@ def test_import_engine_pulls_in_no_kafka_rocksdb_avro_or_asyncio() -> None:
         "import json, sys, engine; "
         "print(json.dumps(sorted(m for m in sys.modules "
         "if m.split('.')[0] in {'confluent_kafka', 'rocksdict', 'fastavro', 'asyncio', "
-        "'socket', 'prometheus_client', 'opentelemetry', 'starlette', 'uvicorn', 'engine'})))"
+        "'socket', 'prometheus_client', 'opentelemetry', 'starlette', 'uvicorn', 'faust', "
+        "'aiokafka', 'engine'})))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
