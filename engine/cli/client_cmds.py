@@ -14,13 +14,17 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
-from datetime import datetime
-from typing import Any
 
 from engine.cli import SubParsers
 from engine.cli.audit_io import Progress
-from engine.cli.options import add_settings_arguments, connected_settings, tag_pair
+from engine.cli.options import (
+    add_command,
+    add_tag_filter,
+    connected_settings,
+    iso_time,
+    json_value,
+    tag_pair,
+)
 from engine.client import Client, InstanceState
 from engine.core.errors import InstanceNotFoundError, WaitTimeoutError
 from engine.core.history import RuntimeStatus
@@ -45,33 +49,6 @@ def register(subparsers: SubParsers) -> None:
 
 
 # --- argument types -------------------------------------------------------------------------
-
-
-def _json_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(
-            f"not valid JSON ({exc}); quote strings, e.g. --input '\"hello\"'"
-        ) from exc
-
-
-def _when(text: str) -> datetime:
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(
-            f"not an ISO 8601 time ({exc}), e.g. 2030-01-31T09:00:00+00:00"
-        ) from exc
-
-
-def _command(
-    subparsers: SubParsers, name: str, help: str, handler: Callable[[argparse.Namespace], int]
-) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(name, help=help, description=help)
-    add_settings_arguments(parser)
-    parser.set_defaults(handler=handler)
-    return parser
 
 
 def _not_negative(text: str) -> float:
@@ -136,9 +113,9 @@ def _add_wait_flags(parser: argparse.ArgumentParser, timeout: float) -> None:
 
 
 def _register_start(subparsers: SubParsers) -> None:
-    start = _command(subparsers, "start", "start a workflow instance, print its id", _start)
+    start = add_command(subparsers, "start", "start a workflow instance, print its id", _start)
     start.add_argument("workflow", metavar="NAME", help="registered workflow name")
-    start.add_argument("--input", type=_json_value, help="workflow input as JSON")
+    start.add_argument("--input", type=json_value, help="workflow input as JSON")
     start.add_argument("--id", dest="instance_id", help="instance id (default: a new UUID)")
     start.add_argument(
         "--reuse-policy",
@@ -152,7 +129,7 @@ def _register_start(subparsers: SubParsers) -> None:
         default="",
         help=VERSION_HELP,
     )
-    start.add_argument("--start-at", type=_when, help="ISO 8601 time to start at (scheduled)")
+    start.add_argument("--start-at", type=iso_time, help="ISO 8601 time to start at (scheduled)")
     start.add_argument(
         "--concurrency-key",
         default="",
@@ -204,12 +181,12 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _register_raise(subparsers: SubParsers) -> None:
-    parser = _command(subparsers, "raise", "raise an external event on an instance", _raise)
+    parser = add_command(subparsers, "raise", "raise an external event on an instance", _raise)
     parser.add_argument("instance_id", metavar="INSTANCE", help="instance id")
     parser.add_argument("event", metavar="EVENT", help="event name the workflow waits for")
-    parser.add_argument("--data", type=_json_value, help="event payload as JSON")
+    parser.add_argument("--data", type=json_value, help="event payload as JSON")
     _add_answer_flags(parser)
-    both = _command(
+    both = add_command(
         subparsers,
         "signal-with-start",
         "raise an event on an instance, starting it first unless it is running (atomically)",
@@ -218,8 +195,8 @@ def _register_raise(subparsers: SubParsers) -> None:
     both.add_argument("workflow", metavar="NAME", help="registered workflow name")
     both.add_argument("instance_id", metavar="INSTANCE", help="instance id")
     both.add_argument("event", metavar="EVENT", help="event name the workflow waits for")
-    both.add_argument("--data", type=_json_value, help="event payload as JSON")
-    both.add_argument("--input", type=_json_value, help="workflow input as JSON, if it starts")
+    both.add_argument("--data", type=json_value, help="event payload as JSON")
+    both.add_argument("--input", type=json_value, help="workflow input as JSON, if it starts")
     both.add_argument(
         "--version",
         default="",
@@ -260,7 +237,7 @@ def _signal_with_start(args: argparse.Namespace) -> int:
 
 
 def _register_simple(subparsers: SubParsers) -> None:
-    terminate = _command(subparsers, "terminate", "terminate a running instance", _terminate)
+    terminate = add_command(subparsers, "terminate", "terminate a running instance", _terminate)
     terminate.add_argument("instance_id", metavar="INSTANCE", help="instance id")
     terminate.add_argument("--reason", default="", help="recorded in the instance's history")
     terminate.add_argument(
@@ -271,15 +248,15 @@ def _register_simple(subparsers: SubParsers) -> None:
         ("suspend", "suspend an instance (events keep arriving, applied on resume)"),
         ("resume", "resume a suspended instance"),
     ):
-        parser = _command(subparsers, name, help, _suspend_or_resume)
+        parser = add_command(subparsers, name, help, _suspend_or_resume)
         parser.add_argument("instance_id", metavar="INSTANCE", help="instance id")
         parser.add_argument("--reason", default="", help="recorded in the instance's history")
         parser.set_defaults(operation=name)
         _add_answer_flags(parser)
-    purge = _command(subparsers, "purge", "delete a completed instance's state", _purge)
+    purge = add_command(subparsers, "purge", "delete a completed instance's state", _purge)
     purge.add_argument("instance_id", metavar="INSTANCE", help="instance id")
     _add_answer_flags(purge)
-    retry = _command(
+    retry = add_command(
         subparsers,
         "retry",
         "run a parked instance (its workflow code raised) again now, with the deployed code",
@@ -326,7 +303,7 @@ def _purge(args: argparse.Namespace) -> int:
 
 
 def _register_status(subparsers: SubParsers) -> None:
-    parser = _command(subparsers, "status", "show an instance's status", _status)
+    parser = add_command(subparsers, "status", "show an instance's status", _status)
     parser.add_argument("instance_id", metavar="INSTANCE", help="instance id")
     parser.add_argument("--json", action="store_true", help="print the status as JSON")
 
@@ -344,7 +321,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _register_list(subparsers: SubParsers) -> None:
-    parser = _command(
+    parser = add_command(
         subparsers,
         "list",
         "list instances by status, name, version, tags and creation time, newest first, "
@@ -360,15 +337,8 @@ def _register_list(subparsers: SubParsers) -> None:
     )
     parser.add_argument("--name", help="only instances of this workflow")
     parser.add_argument("--version", help="only instances running this workflow version")
-    parser.add_argument(
-        "--tag",
-        type=tag_pair,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="only instances with this tag (repeatable: all of them)",
-    )
-    parser.add_argument("--since", type=_when, help="only instances created at or after (ISO)")
+    add_tag_filter(parser)
+    parser.add_argument("--since", type=iso_time, help="only instances created at or after (ISO)")
     parser.add_argument(
         "--limit", type=_page_size, default=DEFAULT_PAGE, help=f"page size ({DEFAULT_PAGE})"
     )
@@ -416,7 +386,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _register_wait(subparsers: SubParsers) -> None:
-    parser = _command(subparsers, "wait", "wait until an instance ends, print its status", _wait)
+    parser = add_command(subparsers, "wait", "wait until an instance ends, print its status", _wait)
     parser.add_argument("instance_id", metavar="INSTANCE", help="instance id")
     _add_wait_flags(parser, 60.0)
 

@@ -7,10 +7,13 @@ a flag left out falls back to the environment or the config file.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
+from engine.cli import SubParsers
 from engine.cli.log_format import LOG_FORMATS, formatter
 from engine.config.settings import Settings, load_settings, parse_kafka_pair
 from engine.core.errors import ConfigurationError
@@ -185,6 +188,52 @@ def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ADDRESS",
         help="address the metrics endpoint binds to (127.0.0.1; 0.0.0.0 for a scraper on "
         "another host)",
+    )
+
+
+def add_command(
+    subparsers: SubParsers, name: str, help: str, handler: Callable[[argparse.Namespace], int]
+) -> argparse.ArgumentParser:
+    """A command with the settings options, run by ``handler``."""
+    parser = subparsers.add_parser(name, help=help, description=help)
+    add_settings_arguments(parser)
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+# --- argument types shared by the commands --------------------------------------------------
+
+
+def json_value(text: str) -> Any:
+    """A ``--input`` / ``--data`` option's JSON value."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"not valid JSON ({exc}); quote strings, e.g. --input '\"hello\"'"
+        ) from exc
+
+
+def iso_time(text: str) -> datetime:
+    """An ISO 8601 time option; without a zone it is UTC (never the machine's local time)."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO 8601 time ({exc}), e.g. 2030-01-31T09:00:00+00:00"
+        ) from exc
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def add_tag_filter(parser: argparse.ArgumentParser) -> None:
+    """``--tag KEY=VALUE`` (repeatable) for commands that pick instances by their tags."""
+    parser.add_argument(
+        "--tag",
+        type=tag_pair,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only instances with this tag (repeatable: all of them)",
     )
 
 

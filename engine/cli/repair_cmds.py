@@ -17,7 +17,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from engine.cli import SubParsers
-from engine.cli.options import add_settings_arguments, connected_settings, tag_pair
+from engine.cli.options import (
+    add_settings_arguments,
+    add_tag_filter,
+    connected_settings,
+)
 from engine.client import Client
 from engine.core.history import RuntimeStatus
 from engine.core.messages import CommandOutcome, ResetTarget
@@ -230,14 +234,7 @@ def _add_filters(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--name", default="", help="only instances of this workflow")
     parser.add_argument("--version", help="only instances running this version")
-    parser.add_argument(
-        "--tag",
-        type=tag_pair,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="only instances with this tag (repeatable: all of them)",
-    )
+    add_tag_filter(parser)
     for flag, what in (
         ("--created-before", "created before"),
         ("--created-after", "created after"),

@@ -16,7 +16,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from engine.cli import SubParsers
-from engine.cli.options import add_settings_arguments, connected_settings
+from engine.cli.options import (
+    add_command,
+    connected_settings,
+    iso_time,
+    json_value,
+)
 from engine.client import Client
 from engine.core.cron import parse_cron
 from engine.core.errors import ScheduleSpecError
@@ -40,14 +45,14 @@ def register(subparsers: SubParsers) -> None:
     commands = schedule.add_subparsers(title="schedule commands", metavar="COMMAND")
     _register_create(commands)
     for name, help, handler in _SIMPLE:
-        parser = _command(commands, name, help, handler)
+        parser = add_command(commands, name, help, handler)
         parser.add_argument("name", metavar="NAME", type=_name, help="schedule name")
         if name == "pause":
             parser.add_argument("--reason", default="", help="kept with the schedule")
         _add_answer_flags(parser)
-    listing = _command(commands, "list", "list the schedules", _list)
+    listing = add_command(commands, "list", "list the schedules", _list)
     listing.add_argument("--json", action="store_true", help="print them as JSON")
-    describe = _command(commands, "describe", "show a schedule and its counters", _describe)
+    describe = add_command(commands, "describe", "show a schedule and its counters", _describe)
     describe.add_argument("name", metavar="NAME", type=_name, help="schedule name")
 
 
@@ -76,34 +81,6 @@ def _duration(what: str) -> Callable[[str], Any]:
     return _checked(lambda text: parse_duration(text, what) / 1000)
 
 
-def _json_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(
-            f"not valid JSON ({exc}); quote strings, e.g. --input '\"hello\"'"
-        ) from exc
-
-
-def _when(text: str) -> datetime:
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(
-            f"not an ISO 8601 time ({exc}), e.g. 2030-01-31T09:00:00+00:00"
-        ) from exc
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
-
-
-def _command(
-    subparsers: SubParsers, name: str, help: str, handler: Callable[[argparse.Namespace], int]
-) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(name, help=help, description=help)
-    add_settings_arguments(parser)
-    parser.set_defaults(handler=handler)
-    return parser
-
-
 def _add_answer_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--request-id", help="makes a retry safe: the same id is applied once (default: new)"
@@ -117,7 +94,7 @@ def _add_answer_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _register_create(commands: SubParsers) -> None:
-    create = _command(commands, "create", "create a schedule", _create)
+    create = add_command(commands, "create", "create a schedule", _create)
     create.add_argument("name", metavar="NAME", type=_name, help="schedule name")
     when = create.add_mutually_exclusive_group(required=True)
     when.add_argument(
@@ -126,7 +103,7 @@ def _register_create(commands: SubParsers) -> None:
     when.add_argument("--every", type=_duration("the interval"), help="interval, e.g. 30s, 5m, 1h")
     create.add_argument("--workflow", required=True, help="registered workflow name")
     create.add_argument("--version", default="", help="workflow version (default: the only one)")
-    create.add_argument("--input", type=_json_value, help="workflow input as JSON")
+    create.add_argument("--input", type=json_value, help="workflow input as JSON")
     create.add_argument(
         "--overlap",
         type=str.upper,
@@ -140,8 +117,8 @@ def _register_create(commands: SubParsers) -> None:
         default=3600.0,
         help="after downtime, missed slots younger than this still run (default 1h)",
     )
-    create.add_argument("--start-at", type=_when, help="no slot before this ISO 8601 time")
-    create.add_argument("--end-at", type=_when, help="no slot after this ISO 8601 time")
+    create.add_argument("--start-at", type=iso_time, help="no slot before this ISO 8601 time")
+    create.add_argument("--end-at", type=iso_time, help="no slot after this ISO 8601 time")
     _add_answer_flags(create)
 
 

@@ -104,11 +104,25 @@ def _answer(b: Batch, msg: Message, verdict: Verdict, now_ms: int, duplicate: bo
     request_id: str = getattr(msg, "request_id", "")
     if record is None or record.topic != b.env.topics.commands or not request_id:
         return
-    meta = b.load(msg.instance_id).meta
+    send_outcome(b, msg.instance_id, request_id, msg.KIND, verdict, now_ms, duplicate)
+
+
+def send_outcome(
+    b: Batch,
+    instance_id: str,
+    request_id: str,
+    command: str,
+    verdict: Verdict,
+    now_ms: int,
+    duplicate: bool = False,
+) -> None:
+    """Answer ``request_id`` on the command-outcomes topic, with the instance's status as
+    this batch leaves it (a rerun's new instance answers the request it was made for)."""
+    meta = b.load(instance_id).meta
     outcome = CommandOutcome(
-        instance_id=msg.instance_id,
+        instance_id=instance_id,
         request_id=request_id,
-        command=msg.KIND,
+        command=command,
         result=verdict.result,
         reason=verdict.reason,
         error=verdict.error,

@@ -348,6 +348,13 @@ def _cancel_activity(b: Batch, item: Loaded, a: act.CancelActivity, now_ms: int)
 
 
 def _start_child(b: Batch, item: Loaded, a: act.StartChild, now_ms: int) -> None:
+    start_child(b, item, a, IdReusePolicy.ERROR_IF_RUNNING)
+
+
+def start_child(b: Batch, item: Loaded, a: act.StartChild, reuse_policy: IdReusePolicy) -> None:
+    """Note the child as running and send its start (request id: the parent's call, so a
+    redone turn's start is answered as a duplicate); a reset starts a child the new run
+    waits for again with ``TERMINATE_IF_RUNNING``, replacing the old run's."""
     meta = item.meta
     parent = meta.instance_id
     meta.children = [c for c in meta.children if c.instance_id != a.instance_id]
@@ -357,7 +364,7 @@ def _start_child(b: Batch, item: Loaded, a: act.StartChild, now_ms: int) -> None
         name=a.name,
         input=a.input,
         version=a.version,
-        reuse_policy=IdReusePolicy.ERROR_IF_RUNNING,
+        reuse_policy=reuse_policy,
         request_id=f"{parent}/{a.generation}/{a.task_id}",
         parent_instance_id=parent,
         parent_generation=a.generation,

@@ -43,14 +43,11 @@ from engine.core.history import (
     Inbound,
     RuntimeStatus,
 )
-from engine.core.instance_row import RunningChild
 from engine.core.messages import (
-    CommandOutcome,
     CommandResult,
     IdReusePolicy,
     RerunFrom,
     ResetWorkflow,
-    StartWorkflow,
 )
 from engine.runtime import actions as act
 from engine.runtime.executor import WorkflowExecution
@@ -64,9 +61,15 @@ from engine.services.processor.command_outcomes import (
     find,
     refused,
     remember,
+    send_outcome,
     settle,
 )
-from engine.services.processor.outcome import ACTION_HANDLERS, record_events, step_instance
+from engine.services.processor.outcome import (
+    ACTION_HANDLERS,
+    record_events,
+    start_child,
+    step_instance,
+)
 from engine.services.processor.state import Loaded
 
 log = logging.getLogger("engine.processor")
@@ -206,22 +209,9 @@ def _standalone(event: HistoryEvent) -> HistoryEvent:
 def _answer_rerun(
     b: Batch, msg: RerunFrom, verdict: Verdict, now_ms: int, duplicate: bool = False
 ) -> None:
-    if not msg.request_id:
-        return
-    meta = b.load(msg.instance_id).meta
-    outcome = CommandOutcome(
-        instance_id=msg.instance_id,
-        request_id=msg.request_id,
-        command=ResetWorkflow.KIND,
-        result=verdict.result,
-        reason=verdict.reason,
-        error=verdict.error,
-        status=meta.status,
-        duplicate=duplicate,
-        timestamp_ms=now_ms,
-        generation=meta.generation,
-    )
-    b.send(b.env.topics.command_outcomes, outcome)
+    if msg.request_id:
+        kind = ResetWorkflow.KIND
+        send_outcome(b, msg.instance_id, msg.request_id, kind, verdict, now_ms, duplicate)
 
 
 # --- making the new run -----------------------------------------------------------------------
@@ -360,18 +350,4 @@ def _ask_again(b: Batch, item: Loaded, waited: list[act.Action], now_ms: int) ->
 
 def _start_child_again(b: Batch, item: Loaded, a: act.StartChild) -> None:
     """A child the new run waits for starts again (its old run is replaced)."""
-    meta = item.meta
-    meta.children = [c for c in meta.children if c.instance_id != a.instance_id]
-    meta.children.append(RunningChild(a.instance_id, a.generation, a.parent_close_policy))
-    start = StartWorkflow(
-        instance_id=a.instance_id,
-        name=a.name,
-        input=a.input,
-        version=a.version,
-        reuse_policy=IdReusePolicy.TERMINATE_IF_RUNNING,
-        request_id=f"{meta.instance_id}/{a.generation}/{a.task_id}",
-        parent_instance_id=meta.instance_id,
-        parent_generation=a.generation,
-        parent_task_id=a.task_id,
-    )
-    b.send(b.env.topics.instance_messages, start)
+    start_child(b, item, a, IdReusePolicy.TERMINATE_IF_RUNNING)
