@@ -16,6 +16,7 @@ import sys
 import time
 
 from engine.cli import SubParsers
+from engine.cli.answers import add_answer_flags, answering_client, not_negative, print_answer
 from engine.cli.audit_io import Progress
 from engine.cli.options import (
     add_command,
@@ -28,7 +29,7 @@ from engine.cli.options import (
 from engine.client import Client, InstanceState
 from engine.core.errors import InstanceNotFoundError, WaitTimeoutError
 from engine.core.history import RuntimeStatus
-from engine.core.messages import CommandOutcome, IdReusePolicy
+from engine.core.messages import IdReusePolicy
 from engine.services.listing import DEFAULT_PAGE, MAX_PAGE
 
 __all__ = ["register"]
@@ -51,16 +52,6 @@ def register(subparsers: SubParsers) -> None:
 # --- argument types -------------------------------------------------------------------------
 
 
-def _not_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {text!r}")
-    return value
-
-
 def _count(text: str) -> int:
     try:
         value = int(text)
@@ -71,40 +62,9 @@ def _count(text: str) -> int:
     return value
 
 
-def _add_answer_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--request-id", help="makes a retry safe: the same id is applied once (default: new)"
-    )
-    parser.add_argument(
-        "--no-wait",
-        dest="wait_answer",
-        action="store_false",
-        help="do not wait for the processor's answer (bulk scripts)",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=_not_negative,
-        default=30.0,
-        help="seconds to wait for the processor's answer (30)",
-    )
-
-
-def _client(args: argparse.Namespace) -> Client:
-    return Client.from_settings(connected_settings(args), read_status=False, timeout=args.timeout)
-
-
-def _print_answer(outcome: CommandOutcome | None) -> int:
-    """One line for an answered command (nothing with --no-wait); exit status 0."""
-    if outcome is not None:
-        why = f": {outcome.reason}" if outcome.reason else ""
-        duplicate = " (a repeated request, applied once)" if outcome.duplicate else ""
-        print(f"{outcome.result.value}{why}{duplicate}")
-    return 0
-
-
 def _add_wait_flags(parser: argparse.ArgumentParser, timeout: float) -> None:
     parser.add_argument(
-        "--timeout", type=_not_negative, default=timeout, help=f"seconds to wait ({timeout:g})"
+        "--timeout", type=not_negative, default=timeout, help=f"seconds to wait ({timeout:g})"
     )
     parser.add_argument("--json", action="store_true", help="print the status as JSON")
 
@@ -185,7 +145,7 @@ def _register_raise(subparsers: SubParsers) -> None:
     parser.add_argument("instance_id", metavar="INSTANCE", help="instance id")
     parser.add_argument("event", metavar="EVENT", help="event name the workflow waits for")
     parser.add_argument("--data", type=json_value, help="event payload as JSON")
-    _add_answer_flags(parser)
+    add_answer_flags(parser)
     both = add_command(
         subparsers,
         "signal-with-start",
@@ -205,11 +165,11 @@ def _register_raise(subparsers: SubParsers) -> None:
     both.add_argument(
         "--tag", type=tag_pair, action="append", default=[], help="KEY=VALUE tag (repeatable)"
     )
-    _add_answer_flags(both)
+    add_answer_flags(both)
 
 
 def _raise(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with answering_client(args) as client:
         answer = client.raise_event(
             args.instance_id,
             args.event,
@@ -217,11 +177,11 @@ def _raise(args: argparse.Namespace) -> int:
             request_id=args.request_id,
             wait=args.wait_answer,
         )
-    return _print_answer(answer)
+    return print_answer(answer)
 
 
 def _signal_with_start(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with answering_client(args) as client:
         handle = client.signal_with_start(
             args.workflow,
             args.instance_id,
@@ -233,7 +193,7 @@ def _signal_with_start(args: argparse.Namespace) -> int:
             request_id=args.request_id,
             wait=args.wait_answer,
         )
-    return _print_answer(handle.outcome)
+    return print_answer(handle.outcome)
 
 
 def _register_simple(subparsers: SubParsers) -> None:
@@ -243,7 +203,7 @@ def _register_simple(subparsers: SubParsers) -> None:
     terminate.add_argument(
         "--recursive", action="store_true", help="also terminate its child workflows"
     )
-    _add_answer_flags(terminate)
+    add_answer_flags(terminate)
     for name, help in (
         ("suspend", "suspend an instance (events keep arriving, applied on resume)"),
         ("resume", "resume a suspended instance"),
@@ -252,10 +212,10 @@ def _register_simple(subparsers: SubParsers) -> None:
         parser.add_argument("instance_id", metavar="INSTANCE", help="instance id")
         parser.add_argument("--reason", default="", help="recorded in the instance's history")
         parser.set_defaults(operation=name)
-        _add_answer_flags(parser)
+        add_answer_flags(parser)
     purge = add_command(subparsers, "purge", "delete a completed instance's state", _purge)
     purge.add_argument("instance_id", metavar="INSTANCE", help="instance id")
-    _add_answer_flags(purge)
+    add_answer_flags(purge)
     retry = add_command(
         subparsers,
         "retry",
@@ -263,11 +223,11 @@ def _register_simple(subparsers: SubParsers) -> None:
         _retry,
     )
     retry.add_argument("instance_id", metavar="INSTANCE", help="instance id")
-    _add_answer_flags(retry)
+    add_answer_flags(retry)
 
 
 def _terminate(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with answering_client(args) as client:
         answer = client.terminate(
             args.instance_id,
             args.reason,
@@ -275,28 +235,28 @@ def _terminate(args: argparse.Namespace) -> int:
             request_id=args.request_id,
             wait=args.wait_answer,
         )
-    return _print_answer(answer)
+    return print_answer(answer)
 
 
 def _suspend_or_resume(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with answering_client(args) as client:
         send = client.suspend if args.operation == "suspend" else client.resume
         answer = send(
             args.instance_id, args.reason, request_id=args.request_id, wait=args.wait_answer
         )
-    return _print_answer(answer)
+    return print_answer(answer)
 
 
 def _retry(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with answering_client(args) as client:
         answer = client.retry(args.instance_id, request_id=args.request_id, wait=args.wait_answer)
-    return _print_answer(answer)
+    return print_answer(answer)
 
 
 def _purge(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with answering_client(args) as client:
         answer = client.purge(args.instance_id, request_id=args.request_id, wait=args.wait_answer)
-    return _print_answer(answer)
+    return print_answer(answer)
 
 
 # --- status and wait -------------------------------------------------------------------------

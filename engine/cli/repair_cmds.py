@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from engine.cli import SubParsers
+from engine.cli.answers import answering_client, print_answer
 from engine.cli.options import (
     add_settings_arguments,
     add_tag_filter,
@@ -24,7 +25,7 @@ from engine.cli.options import (
 )
 from engine.client import Client
 from engine.core.history import RuntimeStatus
-from engine.core.messages import CommandOutcome, ResetTarget
+from engine.core.messages import ResetTarget
 from engine.services.bulk import OPERATIONS, BulkFilter, BulkJob, JobSpec, PositionFile
 
 __all__ = ["register"]
@@ -162,29 +163,19 @@ def _point(args: argparse.Namespace) -> int | ResetTarget:
 
 
 def _reset(args: argparse.Namespace) -> int:
-    settings = connected_settings(args)
-    with Client.from_settings(settings, read_status=False, timeout=args.timeout) as client:
+    with answering_client(args) as client:
         answer = client.reset(
             args.instance_id, _point(args), args.reason, request_id=args.request_id
         )
-    return _print_answer(answer)
+    return print_answer(answer, with_id=True)
 
 
 def _rerun(args: argparse.Namespace) -> int:
-    settings = connected_settings(args)
-    with Client.from_settings(settings, read_status=False, timeout=args.timeout) as client:
+    with answering_client(args) as client:
         answer = client.rerun(
             args.instance_id, args.new_id, _point(args), args.reason, request_id=args.request_id
         )
-    return _print_answer(answer)
-
-
-def _print_answer(outcome: CommandOutcome | None) -> int:
-    if outcome is not None:
-        why = f": {outcome.reason}" if outcome.reason else ""
-        duplicate = " (a repeated request, applied once)" if outcome.duplicate else ""
-        print(f"{outcome.result.value} {outcome.instance_id}{why}{duplicate}")
-    return 0
+    return print_answer(answer, with_id=True)
 
 
 # --- bulk --------------------------------------------------------------------------------------

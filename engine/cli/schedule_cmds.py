@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from engine.cli import SubParsers
+from engine.cli.answers import add_answer_flags, answering_client, print_answer
 from engine.cli.options import (
     add_command,
     connected_settings,
@@ -25,7 +26,6 @@ from engine.cli.options import (
 from engine.client import Client
 from engine.core.cron import parse_cron
 from engine.core.errors import ScheduleSpecError
-from engine.core.messages import CommandOutcome
 from engine.core.schedules import OverlapPolicy, check_name, parse_duration
 
 __all__ = ["register"]
@@ -49,7 +49,7 @@ def register(subparsers: SubParsers) -> None:
         parser.add_argument("name", metavar="NAME", type=_name, help="schedule name")
         if name == "pause":
             parser.add_argument("--reason", default="", help="kept with the schedule")
-        _add_answer_flags(parser)
+        add_answer_flags(parser, no_wait=False)
     listing = add_command(commands, "list", "list the schedules", _list)
     listing.add_argument("--json", action="store_true", help="print them as JSON")
     describe = add_command(commands, "describe", "show a schedule and its counters", _describe)
@@ -81,15 +81,6 @@ def _duration(what: str) -> Callable[[str], Any]:
     return _checked(lambda text: parse_duration(text, what) / 1000)
 
 
-def _add_answer_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--request-id", help="makes a retry safe: the same id is applied once (default: new)"
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds to wait for the answer (30)"
-    )
-
-
 # --- create ---------------------------------------------------------------------------------
 
 
@@ -119,11 +110,11 @@ def _register_create(commands: SubParsers) -> None:
     )
     create.add_argument("--start-at", type=iso_time, help="no slot before this ISO 8601 time")
     create.add_argument("--end-at", type=iso_time, help="no slot after this ISO 8601 time")
-    _add_answer_flags(create)
+    add_answer_flags(create, no_wait=False)
 
 
 def _create(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with answering_client(args) as client:
         answer = client.create_schedule(
             args.name,
             args.workflow,
@@ -137,24 +128,24 @@ def _create(args: argparse.Namespace) -> int:
             end_at=args.end_at,
             request_id=args.request_id,
         )
-    return _print_answer(answer)
+    return print_answer(answer)
 
 
 # --- pause, resume, delete, trigger -----------------------------------------------------------
 
 
 def _pause(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        return _print_answer(
+    with answering_client(args) as client:
+        return print_answer(
             client.pause_schedule(args.name, args.reason, request_id=args.request_id)
         )
 
 
 def _op(method: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        with _client(args) as client:
+        with answering_client(args) as client:
             answer = getattr(client, method)(args.name, request_id=args.request_id)
-        return _print_answer(answer)
+        return print_answer(answer)
 
     return run
 
@@ -165,19 +156,6 @@ _SIMPLE: tuple[tuple[str, str, Callable[[argparse.Namespace], int]], ...] = (
     ("delete", "delete a schedule (the runs it started go on)", _op("delete_schedule")),
     ("trigger", "start a run now, under the overlap policy", _op("trigger_schedule")),
 )
-
-
-def _client(args: argparse.Namespace) -> Client:
-    timeout = getattr(args, "timeout", 30.0)
-    return Client.from_settings(connected_settings(args), read_status=False, timeout=timeout)
-
-
-def _print_answer(outcome: CommandOutcome | None) -> int:
-    if outcome is not None:
-        why = f": {outcome.reason}" if outcome.reason else ""
-        duplicate = " (a repeated request, applied once)" if outcome.duplicate else ""
-        print(f"{outcome.result.value}{why}{duplicate}")
-    return 0
 
 
 # --- list, describe ---------------------------------------------------------------------------
