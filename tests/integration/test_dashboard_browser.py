@@ -15,7 +15,7 @@ from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
 
 from engine.ui.server import DashboardServer
 from engine.ui.source import DashboardSource
-from tests.engine_harness import RunningEngine, running_engine
+from tests.engine_harness import RunningEngine, running_engine, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -242,6 +242,7 @@ def test_each_action_is_confirmed_by_the_status_it_changes(engine: RunningEngine
         # so is resuming one that ended
         assert "TERMINATED" in str(act(child, "resume", status=409)["error"])
         assert act(parent, "purge")["outcome"] == "observed"
-        assert client.get(parent) is None
+        # the dashboard saw the tombstone; this client's own view reads it a moment later
+        wait_until(lambda: client.get(parent) is None, timeout=30, what="the purge")
     finally:
         server.stop()
