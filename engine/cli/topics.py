@@ -58,7 +58,9 @@ def register(subparsers: SubParsers) -> None:
         help="print the kafka-acls commands that give a role exactly what it needs",
         description="The ACLs a processor, worker or client uses in this namespace, as "
         "kafka-acls.sh commands ($ADMIN: --bootstrap-server HOST:PORT --command-config "
-        "FILE of a principal allowed to create ACLs). Connects to nothing.",
+        "FILE of a principal allowed to create ACLs); a processor's include the user topics "
+        "it publishes to and the business topics its triggers read, from its settings. "
+        "Connects to nothing.",
     )
     add_settings_arguments(acls)
     acls.add_argument("role", choices=ROLES, help="the engine role")
@@ -111,8 +113,15 @@ def _inputs(args: argparse.Namespace) -> tuple[TopicsSpec, Settings]:
 
 
 def _acls(args: argparse.Namespace) -> int:
-    namespace = settings_from_args(args).namespace
-    print("\n".join(kafka_acls_commands(namespace, args.role, args.principal)))
+    settings = settings_from_args(args)
+    lines = kafka_acls_commands(
+        settings.namespace,
+        args.role,
+        args.principal,
+        publish_topics=settings.publish_topics,
+        trigger_topics=[trigger.topic for trigger in settings.triggers],
+    )
+    print("\n".join(lines))
     return 0
 
 

@@ -18,6 +18,11 @@ Roles:
 - ``client``: writes commands, reads the status topic and the command outcomes (both
   assigned every partition; it joins no group).
 
+A processor that publishes (``publish_topics``) or runs triggers (``triggers``) also writes
+those user topics, or reads the trigger topics in the group ``<namespace>.triggers`` and
+writes the commands it turns their records into; :func:`required_acls` adds exactly that
+when it is given the topics.
+
 Every role may describe the engine's topics and their configs (the start-up checks compare
 them with the spec). ``topics apply`` (creating and altering topics) and the audit commands
 (reading the history topic) are for an operator's principal with wider rights; so is
@@ -27,6 +32,7 @@ workers create a missing queue topic only where their principal may.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.config.topics import TopicNames, topic_names
@@ -103,18 +109,48 @@ def _client(t: TopicNames, namespace: str) -> list[Acl]:
 _ROLE_ACLS = {"processor": _processor, "worker": _worker, "client": _client}
 
 
-def required_acls(namespace: str, role: str) -> list[Acl]:
-    """The ACLs ``role`` needs in ``namespace``; raises ValueError for an unknown role."""
+def _integration(
+    t: TopicNames, namespace: str, publish_topics: Sequence[str], trigger_topics: Sequence[str]
+) -> list[Acl]:
+    """A processor's extra rules for publishing and triggers (none without them)."""
+    acls = [Acl("topic", name, "WRITE") for name in publish_topics]
+    if trigger_topics:
+        acls += [Acl("topic", name, "READ") for name in trigger_topics]
+        acls += [Acl("group", f"{namespace}.triggers", "READ"), Acl("topic", t.commands, "WRITE")]
+    return acls
+
+
+def required_acls(
+    namespace: str,
+    role: str,
+    *,
+    publish_topics: Sequence[str] = (),
+    trigger_topics: Sequence[str] = (),
+) -> list[Acl]:
+    """The ACLs ``role`` needs in ``namespace`` (a processor's, with the user topics it
+    publishes to and the business topics its triggers read); raises ValueError for an
+    unknown role."""
     build = _ROLE_ACLS.get(role)
     if build is None:
         raise ValueError(f"unknown role {role!r}: choose one of {', '.join(ROLES)}")
-    return [*_describe_topics(namespace), *build(topic_names(namespace), namespace)]
+    names = topic_names(namespace)
+    acls = [*_describe_topics(namespace), *build(names, namespace)]
+    if role == "processor":
+        acls += _integration(names, namespace, publish_topics, trigger_topics)
+    return acls
 
 
-def kafka_acls_commands(namespace: str, role: str, principal: str) -> list[str]:
+def kafka_acls_commands(
+    namespace: str,
+    role: str,
+    principal: str,
+    *,
+    publish_topics: Sequence[str] = (),
+    trigger_topics: Sequence[str] = (),
+) -> list[str]:
     """``kafka-acls.sh`` command lines that grant ``role``'s ACLs to ``principal``
     (``$ADMIN``: ``--bootstrap-server HOST:PORT --command-config admin.properties``)."""
-    return [
-        f"kafka-acls.sh $ADMIN --add {acl.kafka_acls_args(principal)}"
-        for acl in required_acls(namespace, role)
-    ]
+    acls = required_acls(
+        namespace, role, publish_topics=publish_topics, trigger_topics=trigger_topics
+    )
+    return [f"kafka-acls.sh $ADMIN --add {acl.kafka_acls_args(principal)}" for acl in acls]

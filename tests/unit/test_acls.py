@@ -53,3 +53,30 @@ def test_no_role_may_create_topics_or_read_the_history() -> None:
 def test_an_unknown_role_is_refused_with_the_choices() -> None:
     with pytest.raises(ValueError, match="processor, worker, client"):
         required_acls("ns", "admin")
+
+
+def test_a_processor_that_publishes_and_runs_triggers_gets_exactly_those_rights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain = required_acls("ns", "processor")
+    both = required_acls("ns", "processor", publish_topics=["shipments"], trigger_topics=["orders"])
+    assert [a for a in both if a not in plain] == [
+        Acl("topic", "shipments", "WRITE"),
+        Acl("topic", "orders", "READ"),
+        Acl("group", "ns.triggers", "READ"),
+        Acl("topic", "ns.commands", "WRITE"),
+    ]
+    assert required_acls("ns", "worker", publish_topics=["shipments"]) == required_acls(
+        "ns", "worker"
+    )
+    config = tmp_path / "turnstile.toml"
+    config.write_text(
+        'namespace = "ns"\n[publish]\ntopics = ["shipments"]\n'
+        '[[triggers]]\ntopic = "orders"\nworkflow = "ship"\n'
+    )
+    argv = ["topics", "acls", "processor", "--principal", "User:p", "--config", str(config)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "--operation Write --topic shipments" in printed
+    assert "--operation Read --topic orders" in printed
+    assert "--operation Read --group ns.triggers" in printed
