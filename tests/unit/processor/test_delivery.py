@@ -392,6 +392,20 @@ def test_a_child_that_loses_a_when_any_is_handled_by_its_policy(slow_env: TestEn
     assert child_state(env, "pc-6:kid") == (RuntimeStatus.TERMINATED, "Terminated")
 
 
+def test_a_child_that_loses_a_when_any_under_request_cancel_cleans_up(
+    slow_env: TestEngine,
+) -> None:
+    env = slow_env
+    spec = {"policy": "REQUEST_CANCEL", "race": True}
+    env.start("delivery.parent", spec, instance_id="pc-10")
+    env.advance(3)  # the timer wins; the child is asked to cancel and cleans up
+    assert child_state(env, "pc-10") == (RuntimeStatus.RUNNING, None)
+    state = env.get("pc-10:kid")
+    assert state is not None and state.status is RuntimeStatus.FAILED
+    assert state.failure is not None and state.failure.type == "CancelledError"
+    assert state.custom_status == "cleaning up"
+
+
 def test_recursive_terminate_reaches_children_of_earlier_generations(
     slow_env: TestEngine,
 ) -> None:
