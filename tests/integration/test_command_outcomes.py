@@ -164,9 +164,16 @@ def test_the_cli_prints_refusals_and_exits_non_zero(
     assert main(["resume", instance, *flags]) == EXIT_REFUSED
     assert main(["raise", new_id("unknown"), "go", *flags]) == 0
     assert capsys.readouterr().out.startswith("BUFFERED: ")
+    retry = ["raise", instance, "other", "--request-id", "cli-retry", *flags]
+    assert main(retry) == 0
+    assert capsys.readouterr().out.strip() == "ACCEPTED"
+    assert main(retry) == 0  # a scripted retry: answered again, applied once
+    assert capsys.readouterr().out.strip() == "ACCEPTED (a repeated request, applied once)"
     assert main(["raise", instance, "go", "--data", "3", *flags]) == 0
     assert capsys.readouterr().out.strip() == "ACCEPTED"
     engine.client.wait_for_completion(instance, WAIT)
+    first_run = [e.body for e in engine.history(instance) if e.generation == 0]
+    assert [b.name for b in first_run if isinstance(b, EventRaised)] == ["other", "go"]
     assert main(["terminate", instance, *flags]) == EXIT_REFUSED
     assert "COMPLETED" in capsys.readouterr().err
     signal = ["signal-with-start", "t.wait_event", instance, "go", "--data", "4", *flags]

@@ -19,13 +19,14 @@ from pathlib import Path
 import fastavro
 import pytest
 from confluent_kafka import Producer
-from engine_harness import RunningEngine, running_engine
+from engine_harness import RunningEngine, read_topic, running_engine
 
 from engine.core.history import RuntimeStatus
 
 pytestmark = pytest.mark.kafka
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schemas" / "Command.avsc"
+OUTCOME_FILE = SCHEMA_FILE.with_name("CommandOutcome.avsc")
 
 
 def crc64_avro(data: bytes) -> int:
@@ -43,12 +44,24 @@ def crc64_avro(data: bytes) -> int:
     return fp
 
 
-def single_object(schema_json: dict, record: dict) -> bytes:
+def header_of(schema_json: dict) -> bytes:
     canonical = fastavro.schema.to_parsing_canonical_form(schema_json)
-    header = b"\xc3\x01" + crc64_avro(canonical.encode()).to_bytes(8, "little")
+    return b"\xc3\x01" + crc64_avro(canonical.encode()).to_bytes(8, "little")
+
+
+def single_object(schema_json: dict, record: dict) -> bytes:
     body = io.BytesIO()
     fastavro.schemaless_writer(body, fastavro.parse_schema(schema_json), record)
-    return header + body.getvalue()
+    return header_of(schema_json) + body.getvalue()
+
+
+def read_single_object(schema_json: dict, value: bytes) -> dict:
+    header = header_of(schema_json)
+    assert value[: len(header)] == header, "not a record of this schema"
+    parsed = fastavro.parse_schema(schema_json)
+    record = fastavro.schemaless_reader(io.BytesIO(value[len(header) :]), parsed)
+    assert isinstance(record, dict)
+    return record
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +74,12 @@ def engine(kafka_bootstrap: str) -> Iterator[RunningEngine]:
 def test_a_plain_producer_starts_a_workflow(engine: RunningEngine, workflow: str) -> None:
     schema = json.loads(SCHEMA_FILE.read_text())
     instance_id = f"plain-{uuid.uuid4().hex}"
+    request_id = uuid.uuid4().hex
     start = {
         "name": workflow,
         "input": {"data": b"100", "encoding": "json"},
         "reuse_policy": "ERROR_IF_RUNNING",
-        "request_id": uuid.uuid4().hex,
+        "request_id": request_id,
         "tags": {"producer": "plain"},
     }
     value = single_object(
@@ -81,3 +95,15 @@ def test_a_plain_producer_starts_a_workflow(engine: RunningEngine, workflow: str
     assert state.output == 103
     assert state.tags == {"producer": "plain"}
     assert not engine.dead_letters(), "the plain record was accepted as it is"
+
+    # the answer, read the same way: a bare consumer (read_committed) and the schema file
+    outcome_schema = json.loads(OUTCOME_FILE.read_text())
+    answers = [
+        read_single_object(outcome_schema, r.value)
+        for r in read_topic(engine.bootstrap, engine.topics.command_outcomes)
+        if r.key == instance_id.encode() and r.value is not None
+    ]
+    assert [(a["request_id"], a["command"], a["result"]) for a in answers] == [
+        (request_id, "StartWorkflow", "ACCEPTED")
+    ]
+    assert answers[0]["instance_id"] == instance_id and not answers[0]["duplicate"]

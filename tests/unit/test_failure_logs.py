@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +24,19 @@ registry = Registry()
 @registry.activity(name="flaky")
 def flaky(_: Any) -> None:
     raise ValueError("the card was declined")
+
+
+hung = threading.Event()
+
+
+@registry.activity(name="hangs")
+def hangs(_: Any) -> None:
+    hung.wait(60)  # past its start-to-close timeout; released when the test ends
+
+
+@registry.workflow(name="slow_charge")
+async def slow_charge(ctx: WorkflowContext, _: Any) -> None:
+    await ctx.call_activity(hangs, None, start_to_close=0.2, retry=None)
 
 
 @registry.workflow(name="charges")
@@ -87,6 +101,24 @@ def test_failed_attempts_warn_and_a_failed_instance_logs_one_error(text: _Lines)
     errors = [r for r in text.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and errors[0].name == "engine.processor"
     assert "order-7" in errors[0].getMessage() and "FAILED" in errors[0].getMessage()
+
+
+def test_a_timed_out_attempt_warns(text: _Lines) -> None:
+    try:
+        with TestEngine(registry) as env:
+            env.start("slow_charge", instance_id="order-6")
+            assert env.wait_for_completion("order-6").status is RuntimeStatus.FAILED
+    finally:
+        hung.set()
+    (warned,) = [r for r in text.records if r.name == "engine.services.worker"]
+    assert warned.levelname == "WARNING"
+    assert (getattr(warned, "instance_id", None), getattr(warned, "attempt", None)) == (
+        "order-6",
+        1,
+    )
+    assert getattr(warned, "error_type", "") == "ActivityTimeoutError"
+    line = text.lines[text.records.index(warned)]
+    assert "activity hangs timed out: instance order-6, task 0, attempt 1" in line
 
 
 def test_workflow_log_lines_name_the_instance_and_generation(text: _Lines) -> None:

@@ -21,7 +21,14 @@ from engine.core.errors import (
     InstanceNotRunningError,
     InstanceNotSuspendedError,
 )
-from engine.core.history import EventRaised, ExecutionStarted, RuntimeStatus
+from engine.core.history import (
+    EventRaised,
+    ExecutionResumed,
+    ExecutionStarted,
+    ExecutionSuspended,
+    ExecutionTerminated,
+    RuntimeStatus,
+)
 from engine.core.instance_row import InstanceRow
 from engine.core.messages import (
     CommandOutcome,
@@ -110,6 +117,38 @@ def test_an_older_start_sent_again_after_a_newer_run_starts_nothing(env: TestEng
     state = env.get("e")
     assert state is not None and (state.output, state.generation) == ("second", 1)
     assert len([e for e in env.history("e") if isinstance(e.body, ExecutionStarted)]) == 2
+
+
+def test_suspend_resume_and_terminate_sent_twice_are_applied_once(env: TestEngine) -> None:
+    # applied again, each second command would be refused (already suspended, not
+    # suspended, not running); de-duplicated, it gets its first answer again
+    env.start("collect", instance_id="c")
+    env.run()
+    sends = [
+        lambda: env.suspend("c", "look", request_id="su"),
+        lambda: env.resume("c", request_id="re"),
+        lambda: env.terminate("c", "stop", request_id="te"),
+    ]
+    for send in sends:
+        first, again = send(), send()
+        assert first is not None and again is not None
+        assert (first.result, first.duplicate) == (CommandResult.ACCEPTED, False)
+        assert (again.result, again.duplicate) == (CommandResult.ACCEPTED, True)
+    kinds = [type(e.body) for e in env.history("c")]
+    assert [kinds.count(k) for k in (ExecutionSuspended, ExecutionResumed)] == [1, 1]
+    assert kinds.count(ExecutionTerminated) == 1
+    assert env.get("c").status is RuntimeStatus.TERMINATED  # type: ignore[union-attr]
+
+
+def test_a_purge_sent_again_finds_nothing_to_purge(env: TestEngine) -> None:
+    # the purge removed the window with the rest of the instance's state (README)
+    env.start("echo", "x", instance_id="p")
+    env.run()
+    purged = env.purge("p", request_id="pu")
+    assert purged is not None and purged.result is CommandResult.ACCEPTED
+    with pytest.raises(InstanceNotFoundError):
+        env.purge("p", request_id="pu")
+    assert env.get("p") is None
 
 
 def test_the_window_survives_a_restart(env: TestEngine) -> None:

@@ -244,12 +244,14 @@ async def parent(ctx: WorkflowContext, spec: dict[str, Any]) -> str:
         await ctx.when_any([ctx.sleep(1), kid])
         await ctx.sleep(10)
         return "raced"
-    ctx.call_child_workflow(
-        child,
-        None,
-        instance_id=f"{ctx.instance_id}:kid{ctx.generation}",
-        parent_close_policy=policy,
-    )
+    kid = f"{ctx.instance_id}:kid{ctx.generation}"
+    if policy is None:  # the default policy
+        ctx.call_child_workflow(child, None, instance_id=kid)
+    else:
+        ctx.call_child_workflow(child, None, instance_id=kid, parent_close_policy=policy)
+    if spec.get("fail"):
+        await ctx.sleep(1)
+        raise ApplicationError("the parent gave up", non_retryable=True)
     if ctx.generation < spec.get("generations", 0):
         await ctx.sleep(1)
         ctx.continue_as_new(spec)
@@ -321,7 +323,7 @@ def child_state(env: TestEngine, instance_id: str) -> tuple[RuntimeStatus, Any]:
 
 def test_parent_close_terminate_is_the_default(slow_env: TestEngine) -> None:
     env = slow_env
-    env.start("delivery.parent", {"policy": "TERMINATE"}, instance_id="pc-1")
+    env.start("delivery.parent", {"policy": None}, instance_id="pc-1")
     env.run()
     env.raise_event("pc-1", "finish")
     assert env.wait_for_completion("pc-1").output == "finished"
@@ -363,6 +365,17 @@ def test_the_policy_applies_when_the_parent_fails_or_is_terminated(slow_env: Tes
     assert child_state(env, "pc-4:kid0") == (RuntimeStatus.TERMINATED, "Terminated")
 
 
+def test_the_policy_applies_when_the_parent_code_fails(slow_env: TestEngine) -> None:
+    env = slow_env
+    env.start("delivery.parent", {"policy": "TERMINATE", "fail": True}, instance_id="pc-9")
+    env.advance(2)
+    state = env.get("pc-9")
+    assert state is not None and state.status is RuntimeStatus.FAILED
+    assert state.failure is not None and state.failure.message == "the parent gave up"
+    env.run()
+    assert child_state(env, "pc-9:kid0") == (RuntimeStatus.TERMINATED, "Terminated")
+
+
 def test_the_policy_applies_at_continue_as_new(slow_env: TestEngine) -> None:
     env = slow_env
     env.start("delivery.parent", {"policy": "TERMINATE", "generations": 1}, instance_id="pc-5")
@@ -377,6 +390,20 @@ def test_a_child_that_loses_a_when_any_is_handled_by_its_policy(slow_env: TestEn
     env.advance(2)  # the timer wins; the parent still runs
     assert child_state(env, "pc-6") == (RuntimeStatus.RUNNING, None)
     assert child_state(env, "pc-6:kid") == (RuntimeStatus.TERMINATED, "Terminated")
+
+
+def test_a_child_that_loses_a_when_any_under_request_cancel_cleans_up(
+    slow_env: TestEngine,
+) -> None:
+    env = slow_env
+    spec = {"policy": "REQUEST_CANCEL", "race": True}
+    env.start("delivery.parent", spec, instance_id="pc-10")
+    env.advance(3)  # the timer wins; the child is asked to cancel and cleans up
+    assert child_state(env, "pc-10") == (RuntimeStatus.RUNNING, None)
+    state = env.get("pc-10:kid")
+    assert state is not None and state.status is RuntimeStatus.FAILED
+    assert state.failure is not None and state.failure.type == "CancelledError"
+    assert state.custom_status == "cleaning up"
 
 
 def test_recursive_terminate_reaches_children_of_earlier_generations(

@@ -12,8 +12,10 @@ The model is a ledger kept from the schedule and the history alone: each generat
 the events carried into it plus those that arrived during it; what it did not consume is
 exactly what the next generation starts with, in arrival order; the last generation keeps
 the rest pending. An event is consumed at most once, only in a generation that held it,
-and never vanishes. Turns are sometimes replayed cold (a rebuilt execution), so the
-bookkeeping must survive replay too.
+and never vanishes. After every turn, what is held must also be deliverable: no event
+stays claimed by a wait nobody will read (a ``when_any`` loser or a cancelled fiber gives
+it back), and no wait for a name starves while an event of that name is held. Turns are
+sometimes replayed cold (a rebuilt execution), so the bookkeeping must survive replay too.
 """
 
 from __future__ import annotations
@@ -128,6 +130,7 @@ class Run:
             if isinstance(item.body, EventRaised) and id(item) not in rejected:
                 self.accepted.append(from_payload(item.body.input))
         self.events += result.new_events
+        check_deliverable(self.execution)
         for action in result.actions:
             if isinstance(action, act.CreateTimer):
                 self.timers[(action.generation, action.task_id)] = action.fire_at_ms
@@ -145,7 +148,22 @@ class Run:
         self.execution.close()
         fresh = WorkflowExecution(registry, "m-1")
         fresh.replay(self.events)
+        check_deliverable(fresh)
         self.execution = fresh
+
+
+def check_deliverable(execution: WorkflowExecution) -> None:
+    """After a turn, what the model says a later read gets: every claim was read or given
+    back (a wait whose reader will not resume must not keep its event), and no wait for a
+    name starves while an event of that name is held anywhere in the generation."""
+    gen = execution.current_generation
+    if gen is None or execution.status.is_terminal:
+        return
+    assert not gen.claims, "an event stayed claimed by a wait nobody will read"
+    held = {name for name, _ in gen.unconsumed_events()}
+    for name in NAMES:
+        waiting = [w for w in gen.event_waiters.get(name, []) if not w.done()]
+        assert not (waiting and name in held), f"a wait for {name!r} starves beside its event"
 
 
 def generations(events: list[HistoryEvent]) -> list[tuple[list[int], list[int], list[int]]]:
@@ -188,14 +206,12 @@ def check_ledger(run: Run) -> None:
     label(f"left pending: {bool(held)}")
     pending = held
     assert sorted(consumed_all + pending) == sorted(run.accepted), "an event vanished"
-    # the last generation still holds exactly the pending ones: buffered or claimed
+    # the last generation still holds exactly the pending ones, each deliverable
     gen = run.execution.current_generation
     if gen is not None and not run.execution.status.is_terminal:
         left = [from_payload(p) for _, p in gen.unconsumed_events()]
         assert sorted(left) == sorted(pending)
-        for name in NAMES:  # nobody waits for a name while one of its events waits
-            waiting = [w for w in gen.event_waiters.get(name, []) if not w.done()]
-            assert not (waiting and gen.event_buffers.get(name))
+        check_deliverable(run.execution)
 
 
 @settings(
