@@ -3,6 +3,7 @@ a task no worker serves (the Kafka side: tests/integration/test_task_queues_kafk
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine import Registry, WorkflowContext
+from engine.cli import worker_cmd
 from engine.cli.topics import declared_spec
 from engine.codec import decode_message, encode_message
 from engine.config.topics import load_spec, topic_names, with_task_queues
@@ -113,6 +115,18 @@ def test_topics_apply_declares_the_queues_a_module_registers(
     assert "activity-tasks.ml-train" not in {t.name for t in declared_spec(None, [], []).topics}
     with pytest.raises(ConfigurationError, match="cannot import module 'tq_fleet_missing'"):
         declared_spec(None, [], ["tq_fleet_missing"])
+
+
+def test_run_worker_consumes_each_named_queue_once_else_the_registered_ones() -> None:
+    parser = argparse.ArgumentParser(prog="turnstile")
+    worker_cmd.register(parser.add_subparsers())
+    named = ["run", "worker", "--task-queue", "gpu", "--task-queue", "mail", "--task-queue", "gpu"]
+    flags = parser.parse_args(named).task_queues
+    assert worker_cmd.served_queues(flags, ["default"]) == ["gpu", "mail"]
+    unnamed = parser.parse_args(["run", "worker"]).task_queues
+    assert worker_cmd.served_queues(unnamed, registry.task_queues()) == ["default", "gpu"]
+    with pytest.raises(ConfigurationError):
+        worker_cmd.served_queues(["no spaces"], [])
 
 
 @registry.workflow(name="absent")
