@@ -35,6 +35,22 @@ async def count(to: int) -> dict[str, object]:
     return {"attempt": info.attempt, "resumed_from": start}
 
 
+@activities.activity(name="hb.count_sync")
+def count_sync(to: int) -> dict[str, object]:
+    """``hb.count`` as a sync activity on a thread: the first attempt goes silent at 3 and
+    only returns once the worker, past the heartbeat timeout, marks it cancelled."""
+    info = activity.info()
+    start = (info.heartbeat_details or {"at": 0})["at"]
+    note(info.instance_id, ("attempt", info.attempt, "from", start))
+    for at in range(start, to):
+        if info.attempt == 1 and at == 3:
+            while not activity.is_cancelled():  # silent: no heartbeat from here on
+                time.sleep(0.02)
+            return {"attempt": info.attempt, "abandoned_at": at}
+        activity.heartbeat({"at": at + 1})
+    return {"attempt": info.attempt, "resumed_from": start}
+
+
 @activities.activity(name="hb.wait_sync")
 def wait_sync(_: object) -> str:
     """A sync activity that runs until it is cancelled, heartbeating as it goes."""
@@ -60,6 +76,11 @@ async def wait_async(_: object) -> str:
 @workflow(name="hb.count")
 async def count_flow(ctx: WorkflowContext, to: int) -> object:
     return await ctx.call_activity("hb.count", to, heartbeat_timeout=1.0, retry=FAST)
+
+
+@workflow(name="hb.count_sync")
+async def count_sync_flow(ctx: WorkflowContext, to: int) -> object:
+    return await ctx.call_activity("hb.count_sync", to, heartbeat_timeout=1.0, retry=FAST)
 
 
 @workflow(name="hb.wait")

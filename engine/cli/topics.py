@@ -16,9 +16,11 @@ from typing import Any
 from engine.adapters import kafka_admin
 from engine.cli import SubParsers
 from engine.cli.options import add_settings_arguments, connected_settings, settings_from_args
+from engine.cli.worker_cmd import import_modules
 from engine.config.acls import ROLES, kafka_acls_commands
 from engine.config.settings import Settings
 from engine.config.topics import Drift, TopicDiff, TopicsSpec, load_spec, with_task_queues
+from engine.runtime.registry import default_registry
 
 
 def register(subparsers: SubParsers) -> None:
@@ -95,14 +97,34 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help="also the topic of this task queue, <namespace>.activity-tasks.QUEUE, declared "
         "like activity-tasks (repeatable; workers and processors also create it on first use)",
     )
+    group.add_argument(
+        "-m",
+        "--module",
+        dest="modules",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="also the topics of the task queues that this module's activities name "
+        "(imported like run worker's --module; repeatable)",
+    )
     group.add_argument("--json", action="store_true", help="print one JSON object")
     group.add_argument(
         "--timeout", type=float, default=kafka_admin.DEFAULT_TIMEOUT, help="seconds per request"
     )
 
 
+def declared_spec(path: str | None, task_queues: list[str], modules: list[str]) -> TopicsSpec:
+    """The spec with the named task queues' topics and those of the queues that the
+    activities of ``modules`` register with: what ``topics apply`` creates."""
+    queues = list(task_queues)
+    if modules:
+        import_modules(modules)
+        queues += default_registry.task_queues()
+    return with_task_queues(load_spec(path), queues)
+
+
 def _inputs(args: argparse.Namespace) -> tuple[TopicsSpec, Settings]:
-    spec = with_task_queues(load_spec(args.spec), args.task_queues)
+    spec = declared_spec(args.spec, args.task_queues, args.modules)
     settings = connected_settings(
         args,
         within_s=args.timeout,

@@ -43,7 +43,7 @@ from engine.services.activity_runner import EXECUTORS
 from engine.services.contracts import check_contracts
 from engine.services.queue_limits import QueueLimits
 
-__all__ = ["STOP_GRACE_S", "import_modules", "register", "stop_on_signals"]
+__all__ = ["STOP_GRACE_S", "import_modules", "register", "served_queues", "stop_on_signals"]
 
 #: How long a process may take to stop after SIGTERM before it ends itself.
 STOP_GRACE_S = 30.0
@@ -128,6 +128,12 @@ def _per_queue(values: list[str], flag: str, *, whole: bool = False) -> dict[str
     return out
 
 
+def served_queues(flags: list[str] | None, registered: list[str]) -> list[str]:
+    """The task queues a worker consumes, each once: those of ``--task-queue`` (repeatable),
+    else those its registered activities name."""
+    return list(dict.fromkeys(check_task_queue(q) for q in flags or registered))
+
+
 def import_modules(names: Iterable[str]) -> list[str]:
     """Import the user's modules (from the current directory too, like ``python -m``)."""
     if os.getcwd() not in sys.path:
@@ -183,7 +189,7 @@ def _run_worker(args: argparse.Namespace) -> int:
     names = sorted(a.name for a in default_registry.activities())
     require_registered(names, "activities")
     log.info("activities: %s", ", ".join(names))
-    queues = [check_task_queue(q) for q in args.task_queues or default_registry.task_queues()]
+    queues = served_queues(args.task_queues, default_registry.task_queues())
     log.info("task queues: %s", ", ".join(queues))
     rates = _per_queue(args.queue_rate, "--queue-rate")
     caps = _per_queue(args.queue_concurrency, "--queue-concurrency", whole=True)
@@ -199,7 +205,7 @@ def _run_worker(args: argparse.Namespace) -> int:
             queue_limits=QueueLimits(rates.get(queue, 0.0), int(caps.get(queue, 0))),
             tracing=process_tracing(),
         )
-        for queue in dict.fromkeys(queues)
+        for queue in queues
     ]
     stop = threading.Event()
     with (

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import time
 
+from prometheus_client import CollectorRegistry
+
 from engine import Registry, RetryPolicy, WorkflowContext
+from engine.adapters.metrics import WorkerMetrics
 from engine.codec import decode_message, encode_message
 from engine.core.messages import ActivityCancel, ActivityTask
 from engine.core.payloads import to_payload
@@ -142,4 +145,21 @@ def test_a_task_waiting_for_a_slot_is_dropped_when_cancelled() -> None:
     assert worker.queued == 0 and worker.stats["cancelled"] == 1
     worker.accept([_record(ActivityCancel("b", 0, 1, 1, "ended"), 3)])
     assert _until_idle(worker) == [] and worker.offsets.to_commit() == {0: 4}
+    worker.shutdown()
+
+
+def test_cancelled_attempts_are_counted_as_cancelled_not_failed() -> None:
+    metrics = WorkerMetrics(CollectorRegistry())
+    worker = Worker(hw.activities, source_topic="t.activity-tasks", concurrency=1, observer=metrics)
+    worker.assigned([0])
+    running = ActivityTask("m1", 0, 1, 1, "hb.wait_sync", to_payload(None))
+    waiting = ActivityTask("m2", 0, 1, 1, "hb.wait_sync", to_payload(None))
+    worker.accept([_record(running, 0), _record(waiting, 1)])
+    worker.accept([_record(ActivityCancel("m2", 0, 1, 1, "lost the race"), 2)])
+    worker.accept([_record(ActivityCancel("m1", 0, 1, 1, "terminated"), 3)])
+    assert _until_idle(worker) == []
+    sample = metrics.registry.get_sample_value
+    labels = {"activity": "hb.wait_sync"}
+    assert sample("turnstile_activity_results_total", {**labels, "result": "cancelled"}) == 2
+    assert sample("turnstile_activity_results_total", {**labels, "result": "failure"}) is None
     worker.shutdown()

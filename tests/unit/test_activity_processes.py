@@ -4,13 +4,14 @@ Kafka worker with --executor process: tests/integration/test_activity_timeouts_k
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
 import pytest
 
 from engine.codec import decode_message, encode_message
-from engine.core.messages import ActivityResult, ActivityTask
+from engine.core.messages import ActivityCancel, ActivityResult, ActivityTask
 from engine.core.payloads import from_payload, to_payload
 from engine.runtime.registry import Registry
 from engine.services.worker import Outbound, TaskRecord, Worker
@@ -59,9 +60,36 @@ def test_a_sync_activity_past_its_timeout_is_killed(tmp_path: Path) -> None:
     [result] = _results(worker, 1)
     assert result.failure is not None and result.failure.type == "ActivityTimeoutError"
     assert "was killed" in result.failure.message and result.failure.retryable
-    pid = int(pid_file.read_text())
+    named = re.search(r"pid (\d+)", result.failure.message)
+    assert named is not None
+    pid = int(named.group(1))
     assert pid != os.getpid() and not _alive(pid)
+    if pid_file.exists():  # a child that took its whole timeout to start never wrote it
+        assert int(pid_file.read_text()) == pid
     assert worker.runner.killed == 1 and worker.idle
+    worker.shutdown()
+
+
+def test_a_cancelled_attempt_has_its_process_killed_and_reports_nothing(tmp_path: Path) -> None:
+    worker = _worker()
+    pid_file = tmp_path / "pid"
+    task = ActivityTask("i", 0, 1, 1, "hang", to_payload(str(pid_file)), timeout_ms=60_000)
+    worker.accept([_record(task, 0)])
+    out: list[Outbound] = []
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() and time.monotonic() < deadline:
+        out.extend(worker.collect(0.05))
+    pid = int(pid_file.read_text())
+    worker.accept(
+        [TaskRecord(0, 1, b"i", encode_message(ActivityCancel("i", 0, 1, 1, "ended")), 0)]
+    )
+    while worker.running and time.monotonic() < deadline:
+        out.extend(worker.collect(0.05))
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert out == [] and not _alive(pid)
+    assert worker.stats["cancelled"] == 1 and worker.stats["failures"] == 0
+    assert worker.offsets.to_commit() == {0: 2}
     worker.shutdown()
 
 

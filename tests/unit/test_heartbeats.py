@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from engine.codec import decode_message
 from engine.core.activity_info import ActivityContext, AttemptControl, activity_scope
 from engine.core.errors import ActivityCancelledError
-from engine.core.messages import ActivityTask
+from engine.core.messages import ActivityResult, ActivityTask
 from engine.core.payloads import from_payload, to_payload
 from engine.runtime.registry import activity, default_registry
 from engine.testing import TestEngine
@@ -29,6 +30,29 @@ def test_a_missed_heartbeat_retries_from_the_last_details() -> None:
         final = env.wait_for_completion("c")
     assert final.output == {"attempt": 2, "resumed_from": 3}
     assert hw.observed["c"] == [("attempt", 1, "from", 0), ("attempt", 2, "from", 3)]
+
+
+def test_a_sync_activity_that_misses_its_heartbeat_retries_from_the_last_details() -> None:
+    with _engine() as env:
+        env.start("hb.count_sync", 5, instance_id="s")
+        final = env.wait_for_completion("s")
+    assert final.output == {"attempt": 2, "resumed_from": 3}
+    assert hw.observed["s"] == [("attempt", 1, "from", 0), ("attempt", 2, "from", 3)]
+
+
+def test_heartbeats_cost_no_records() -> None:
+    # 6 + 3 heartbeats over two attempts; only the two attempts' results are records
+    with _engine() as env:
+        env.start("hb.count", 6, instance_id="quiet")
+        env.wait_for_completion("quiet")
+        values = [decode_message(r.value) for r in env.records("activity-results") if r.value]
+        results = [v for v in values if isinstance(v, ActivityResult)]
+        tasks = [r for r in env.records("activity-tasks") if r.value]
+    assert len(results) == len(values)
+    assert [(r.instance_id, r.attempt) for r in results] == [("quiet", 1), ("quiet", 2)]
+    assert results[0].failure is not None and results[0].details is not None
+    assert from_payload(results[0].details) == {"at": 3}
+    assert len(tasks) == 2
 
 
 def test_heartbeats_keep_the_latest_details_and_raise_once_cancelled() -> None:

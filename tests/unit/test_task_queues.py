@@ -3,11 +3,16 @@ a task no worker serves (the Kafka side: tests/integration/test_task_queues_kafk
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from engine import Registry, WorkflowContext
+from engine.cli import worker_cmd
+from engine.cli.topics import declared_spec
 from engine.codec import decode_message, encode_message
 from engine.config.topics import load_spec, topic_names, with_task_queues
 from engine.core.errors import ConfigurationError
@@ -92,6 +97,36 @@ def test_queue_topics_are_declared_like_activity_tasks() -> None:
     assert gpu.config == base.config and gpu.partitions == base.partitions
     assert [t.name for t in spec.topics].count("activity-tasks.gpu") == 1
     assert topic_names("ns").task_queue("default") == "ns.activity-tasks"
+
+
+def test_topics_apply_declares_the_queues_a_module_registers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "tq_fleet_activities.py").write_text(
+        "from engine import activity\n\n"
+        "@activity(name='tq-fleet.train', task_queue='ml-train')\n"
+        "def train(x: int) -> int:\n"
+        "    return x\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = declared_spec(None, ["gpu"], ["tq_fleet_activities"])
+    names = {t.name for t in spec.topics}
+    assert {"activity-tasks", "activity-tasks.gpu", "activity-tasks.ml-train"} <= names
+    assert "activity-tasks.ml-train" not in {t.name for t in declared_spec(None, [], []).topics}
+    with pytest.raises(ConfigurationError, match="cannot import module 'tq_fleet_missing'"):
+        declared_spec(None, [], ["tq_fleet_missing"])
+
+
+def test_run_worker_consumes_each_named_queue_once_else_the_registered_ones() -> None:
+    parser = argparse.ArgumentParser(prog="turnstile")
+    worker_cmd.register(parser.add_subparsers())
+    named = ["run", "worker", "--task-queue", "gpu", "--task-queue", "mail", "--task-queue", "gpu"]
+    flags = parser.parse_args(named).task_queues
+    assert worker_cmd.served_queues(flags, ["default"]) == ["gpu", "mail"]
+    unnamed = parser.parse_args(["run", "worker"]).task_queues
+    assert worker_cmd.served_queues(unnamed, registry.task_queues()) == ["default", "gpu"]
+    with pytest.raises(ConfigurationError):
+        worker_cmd.served_queues(["no spaces"], [])
 
 
 @registry.workflow(name="absent")

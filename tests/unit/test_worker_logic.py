@@ -9,7 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from engine.adapters.metrics import WorkerMetrics
 from engine.codec import decode_message, encode_message
 from engine.core.activity_info import ActivityContext, activity_scope, current_activity
 from engine.core.errors import ApplicationError, TurnstileError
@@ -248,6 +250,20 @@ def test_an_unknown_activity_is_never_failed_it_goes_back_to_its_queue(worker: W
     assert dict(requeued.headers)[REQUEUES_HEADER] == b"1"
     assert worker.offsets.to_commit() == {2: 8} and worker.idle
     assert worker.stats["unserved"] == 1 and worker.stats["failures"] == 0
+
+
+def test_unserved_tasks_are_counted_per_activity_and_task_queue() -> None:
+    metrics = WorkerMetrics(CollectorRegistry())
+    w = Worker(Registry(), source_topic=TOPIC, observer=metrics, task_queue="gpu")
+    w.assigned([0])
+    tasks = [
+        ActivityTask("wf-1", 2, n, 1, "render", to_payload(n), task_queue="gpu") for n in (1, 2)
+    ]
+    w.accept([_record(t, offset=n) for n, t in enumerate(tasks)])
+    labels = {"activity": "render", "task_queue": "gpu"}
+    assert metrics.registry.get_sample_value("turnstile_activity_unserved_total", labels) == 2
+    assert w.stats["failures"] == 0
+    assert w.drop_backlog() == 2
 
 
 def test_a_requeued_task_waits_longer_each_time_it_comes_back() -> None:
