@@ -261,7 +261,7 @@ class KafkaWorker:
 
     def _poll(self) -> list[TaskRecord]:
         busy = self.worker.running > 0
-        sending = self.producer.outstanding > 0 or not self.worker.settled
+        sending = self.producer.outstanding > 0 or self.worker.unsent > 0
         timeout = 0.0 if busy else (_BUSY_POLL_S if sending else _IDLE_POLL_S)
         limit = 1 if self._paused else min(max(self.worker.free, 1), _MAX_BATCH)
         consumer = self.consumer
@@ -394,17 +394,14 @@ class KafkaWorker:
         """Produce again what failed once its delay is over; stop after failing too long."""
         if self._refused is not None:
             raise self._refused
-        if self._failing_since is not None and self._stop_failing():
+        failing = self._failing_since
+        if failing is not None and time.monotonic() - failing >= _RECOVERY_S:
             raise BrokerError(
                 f"records could not be delivered for {_RECOVERY_S:.0f}s; the worker stops so "
                 f"that its tasks move to another worker. Check the brokers' health."
             )
         if time.monotonic() >= self._redo_at:
             self._send(self.worker.redo())
-
-    def _stop_failing(self) -> bool:
-        assert self._failing_since is not None
-        return time.monotonic() - self._failing_since >= _RECOVERY_S or self._stop.is_set()
 
     def _commit(self, *, wait: bool = False) -> None:
         """Commit each partition up to its lowest unsettled task (asynchronously, except
