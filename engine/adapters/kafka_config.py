@@ -22,6 +22,7 @@ __all__ = [
     "consumer_config",
     "expected_partition",
     "group_membership",
+    "idempotent_producer_config",
     "producer_config",
     "transactional_producer_config",
 ]
@@ -82,6 +83,36 @@ def producer_config(
         }
     )
     config.update(overrides)
+    return config
+
+
+def idempotent_producer_config(
+    bootstrap_servers: str, *, client_id: str | None = None, **overrides: Any
+) -> KafkaConfig:
+    """Settings for the activity worker's producer: idempotent, acks from all in-sync
+    replicas, outside any transaction.
+
+    The worker commits a task's offset only after the broker acknowledged every record the
+    task produced, so the producer itself must neither duplicate nor reorder records on its
+    internal retries and must not count a record as delivered before every in-sync replica
+    has it. Overrides (``extra_kafka``) that would weaken that are refused.
+    """
+    config = producer_config(bootstrap_servers, client_id=client_id)
+    config.update(overrides)
+    weakened: dict[str, Any] = {}
+    if str(config.get("enable.idempotence")).lower() != "true":
+        weakened["enable.idempotence"] = config.get("enable.idempotence")
+    if str(config.get("acks")).lower() not in ("all", "-1"):
+        weakened["acks"] = config.get("acks")
+    if "transactional.id" in config:
+        weakened["transactional.id"] = config["transactional.id"]
+    if weakened:
+        raise ConfigurationError(
+            f"the activity worker's producer must be idempotent with acks=all and no "
+            f"transactional.id, but the settings give {weakened}; remove these from "
+            f"extra_kafka (the worker's offsets are committed only after delivery, which "
+            f"relies on them)"
+        )
     return config
 
 

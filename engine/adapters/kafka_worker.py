@@ -1,10 +1,14 @@
-"""The activity worker's Kafka loop: consume tasks, run them, produce results transactionally.
+"""The activity worker's Kafka loop: consume tasks, run them, produce results, commit after.
 
-One consumer in the worker group on the activity-tasks topic (read_committed, cooperative
-rebalancing, no auto-commit) and one transactional producer whose ``transactional.id`` is
-``<namespace>.worker.<worker id>``. Each transaction carries a batch of results and dead
-letters together with the task offsets they settle; it commits after ~50 ms or as soon as
-the worker is idle, never once per task.
+One consumer in the worker group on the task-queue topic (read_committed, cooperative
+rebalancing, no auto-commit) and one idempotent producer (``acks=all``, no transactions).
+A result is produced the moment its activity finishes and is visible to the processor as
+soon as the broker has it; no transaction holds it back. The consumer's offsets are
+committed afterwards, per partition, up to the lowest task that is not settled (still
+running, or with a record whose delivery was not acknowledged): after ~100 ms, or as soon
+as the worker is idle. A record whose delivery fails is produced again (with backoff) and
+its task's offset stays uncommitted until it is delivered. A crash re-runs the tasks after
+the last commit, and the processor drops the second result of an attempt.
 
 The loop never blocks on an activity: activities run in :class:`ActivityRunner` threads or
 on its event loop, and while ``concurrency`` tasks are taken the partitions are paused but
@@ -19,19 +23,18 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from engine.adapters.kafka_admin import ensure_task_queue_topics
 from engine.adapters.kafka_config import (
     consumer_config,
     group_membership,
-    transactional_producer_config,
+    idempotent_producer_config,
 )
 from engine.adapters.kafka_deadline import close_within, ends_process_if_stuck
+from engine.adapters.kafka_delivery import DeliveryProducer, Outcome, is_refusal
 from engine.adapters.kafka_io import (
-    AbortedTransaction,
     RecordRejectedError,
-    TransactionalProducer,
     leave_group,
     make_consumer,
     poll_batch,
@@ -55,26 +58,31 @@ from engine.services.worker import (
     Worker,
 )
 
-__all__ = ["KafkaWorker", "run_loops", "worker_transactional_id"]
+__all__ = ["KafkaWorker", "run_loops", "worker_member_id"]
 
 log = logging.getLogger(__name__)
 
 _IDLE_POLL_S = 0.1
 _BUSY_POLL_S = 0.002
 _MAX_BATCH = 500
+_RETRY_FIRST_S = 0.05
 _RETRY_MAX_S = 5.0
-#: How long the worker keeps retrying failed transactions (a broker outage) before it stops.
+#: How long the worker keeps producing records again that fail to be delivered (a broker
+#: outage) before it stops, so that its tasks move to another worker.
 _RECOVERY_S = 300.0
+#: How long one delivery may take, librdkafka's own retries included, before it is
+#: reported as failed (and produced again).
+_DELIVERY_TIMEOUT_MS = 60_000
+#: How long a revocation waits for outstanding deliveries before it commits what settled.
+_REVOKE_FLUSH_S = 10.0
 _ERROR_LOG_EVERY_S = 30.0
 #: How long closing may take (leaving the group) before the process ends itself.
 CLOSE_S = 60.0
 
 
-def worker_transactional_id(
-    namespace: str, worker_id: str, task_queue: str = DEFAULT_TASK_QUEUE
-) -> str:
-    """Stable per worker id (and task queue: one loop per queue), so a restarted worker
-    fences its previous incarnation."""
+def worker_member_id(namespace: str, worker_id: str, task_queue: str = DEFAULT_TASK_QUEUE) -> str:
+    """The consumer's client id and static group member id: stable per worker id (and task
+    queue: one loop per queue), so a restarted worker takes its predecessor's place."""
     base = f"{namespace}.worker.{worker_id}"
     return base if task_queue == DEFAULT_TASK_QUEUE else f"{base}.{task_queue}"
 
@@ -90,7 +98,7 @@ class KafkaWorker:
         concurrency: int | None = None,
         prefetch: int | None = None,
         worker_id: str | None = None,
-        commit_interval_s: float = 0.05,
+        commit_interval_s: float = 0.1,
         shutdown_timeout_s: float = 30.0,
         consumer_overrides: dict[str, Any] | None = None,
         metrics: WorkerMetrics | None = None,
@@ -122,8 +130,9 @@ class KafkaWorker:
         self.policy = CommitPolicy(commit_interval_s)
         self.shutdown_timeout_s = shutdown_timeout_s
         self.consumer_overrides = dict(consumer_overrides or {})
-        self.transactions = 0
-        self.aborts = 0
+        #: Offset commits sent, and deliveries that failed (their records were produced again).
+        self.commits = 0
+        self.redeliveries = 0
         self.pauses = 0
         self._paused = False
         self._repause = False
@@ -131,9 +140,16 @@ class KafkaWorker:
         self._crowded: set[int] = set()
         self._last_error_log = 0.0
         self._consumer: Consumer | None = None
-        self._producer: TransactionalProducer | None = None
+        self._producer: DeliveryProducer | None = None
         self._stop = threading.Event()
         self._recovery = Recovery(f"worker {self.worker_id}")
+        #: Since when deliveries keep failing (None: the last one worked), the current
+        #: retry delay, and when the records to produce again are due.
+        self._failing_since: float | None = None
+        self._retry_s = _RETRY_FIRST_S
+        self._redo_at = 0.0
+        #: A dead letter the broker refused for good: raised from the loop.
+        self._refused: RecordRejectedError | None = None
 
     # --- wiring -----------------------------------------------------------------------------
 
@@ -142,7 +158,7 @@ class KafkaWorker:
         """The consumer's client id and static group member id: one per worker id and task
         queue, since a worker serving several queues runs one consumer per queue in the same
         group (two members under one ``group.instance.id`` would fence each other)."""
-        return worker_transactional_id(self.settings.namespace, self.worker_id, self.task_queue)
+        return worker_member_id(self.settings.namespace, self.worker_id, self.task_queue)
 
     def _consumer_config(self) -> dict[str, Any]:
         s = self.settings
@@ -158,31 +174,18 @@ class KafkaWorker:
                 **group_membership(self._member_id, static=s.static_membership),
                 **s.extra_kafka,
                 **self.consumer_overrides,
+                "on_commit": self._on_commit,
             },
         )
 
-    def _producer_config(self, txn_id: str) -> dict[str, Any]:
+    def _new_producer(self) -> DeliveryProducer:
         s = self.settings
-        return transactional_producer_config(
+        config = idempotent_producer_config(
             s.bootstrap_servers,
-            txn_id,
-            client_id=txn_id,
-            transaction_timeout_ms=30_000,
-            **{"linger.ms": 1, **s.extra_kafka},
+            client_id=self._member_id,
+            **{"linger.ms": 1, "message.timeout.ms": _DELIVERY_TIMEOUT_MS, **s.extra_kafka},
         )
-
-    def _new_producer(self) -> TransactionalProducer:
-        """The worker's transactional producer; a new one fences the one before."""
-        txn_id = worker_transactional_id(self.settings.namespace, self.worker_id, self.task_queue)
-        return TransactionalProducer(self._producer_config(txn_id), txn_id)
-
-    def _replace_producer(self) -> None:
-        """A new producer after being fenced (stalled past the transaction timeout) or after
-        one could not be recreated (no broker)."""
-        old, self._producer = self._producer, None
-        if old is not None:
-            old.close()
-        self._producer = self._new_producer()
+        return DeliveryProducer(config, self._member_id)
 
     def _connect(self) -> None:
         partitions = ensure_task_queue_topics(self.settings, [self.task_queue])
@@ -206,7 +209,7 @@ class KafkaWorker:
         return self._consumer
 
     @property
-    def producer(self) -> TransactionalProducer:
+    def producer(self) -> DeliveryProducer:
         assert self._producer is not None, "run() connects the producer"
         return self._producer
 
@@ -232,13 +235,18 @@ class KafkaWorker:
             self._close()
 
     def step(self) -> None:
-        """One round: poll, start tasks, send finished results, pause/resume, maybe commit."""
+        """One round: poll, start tasks, send finished results, serve their deliveries,
+        produce failed ones again, pause/resume, maybe commit."""
         records = self._poll()
+        if records:
+            self.policy.changed()  # their offsets settle, some without any record to send
         self._send(self.worker.accept(records))
         wait = _BUSY_POLL_S if self.worker.running and not records else 0.0
         self._send(self.worker.collect(wait))
+        self.producer.poll(0)
+        self._check_deliveries()
         self._apply_flow()
-        if self.policy.due(idle=self.worker.idle and not records):
+        if self.policy.due(idle=self.worker.settled and not records):
             self._catch_up()
             self._commit()
 
@@ -253,7 +261,8 @@ class KafkaWorker:
 
     def _poll(self) -> list[TaskRecord]:
         busy = self.worker.running > 0
-        timeout = 0.0 if busy else (_BUSY_POLL_S if self.producer.in_transaction else _IDLE_POLL_S)
+        sending = self.producer.outstanding > 0 or self.worker.unsent > 0
+        timeout = 0.0 if busy else (_BUSY_POLL_S if sending else _IDLE_POLL_S)
         limit = 1 if self._paused else min(max(self.worker.free, 1), _MAX_BATCH)
         consumer = self.consumer
         messages = poll_batch(consumer, limit, timeout)
@@ -321,96 +330,134 @@ class KafkaWorker:
     # --- producing and committing -----------------------------------------------------------
 
     def _send(self, records: Iterable[Outbound]) -> None:
-        records = list(records)
-        if not records:
-            return
-        try:
-            self._produce_all(records)
-        except RecordRejectedError:
-            raise  # a dead letter the producer refuses: no retry makes it fit
-        except BrokerError as exc:  # aborted, fenced, or no producer while the broker is away
-            self._recover(exc)
-
-    def _produce_all(self, records: list[Outbound]) -> None:
-        if not self.producer.in_transaction:
-            self.producer.begin()
-            self.policy.opened()
         for record in records:
             try:
                 self._produce(record)
             except RecordRejectedError as exc:
                 if record.dead:
-                    raise
+                    raise  # a dead letter the producer refuses: no retry makes it fit
                 self._produce(self.worker.replace_rejected(record, str(exc)))
 
     def _produce(self, record: Outbound) -> None:
+        def done(error: Outcome) -> None:
+            self._delivery(record, error)
+
         if record.requeue_to is not None:  # an unserved task back onto its own queue
             self.producer.produce(
-                self.source_topic, record.key, record.value, record.requeue_to, record.headers
+                self.source_topic,
+                record.key,
+                record.value,
+                done,
+                partition=record.requeue_to,
+                headers=record.headers,
             )
             return
         topic = self.topics.dead_letters if record.dead else self.topics.activity_results
-        self.producer.produce(topic, record.key, record.value, headers=record.headers or None)
+        self.producer.produce(topic, record.key, record.value, done, headers=record.headers)
 
-    def _commit(self) -> None:
+    def _delivery(self, record: Outbound, error: Outcome) -> None:
+        """One record's outcome (called from the producer's poll, on the loop's thread)."""
+        if error is None:
+            if self.worker.delivered(record):
+                self.policy.changed()
+            self._failing_since, self._retry_s = None, _RETRY_FIRST_S
+            return
+        if is_refusal(error):  # produced again it gets the same answer
+            if record.dead:
+                self._refused = RecordRejectedError(f"a dead letter was refused: {error}")
+                return
+            replaced = self.worker.replace_rejected(record, str(error))
+            self.worker.undelivered(replaced)
+            self._redo_at = 0.0
+            return
+        self.redeliveries += 1
+        self.worker.undelivered(record)
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        self._redo_at = now + self._retry_s
+        self._retry_s = min(self._retry_s * 2, _RETRY_MAX_S)
+        self._log_delivery_error(error)
+
+    def _log_delivery_error(self, error: KafkaError) -> None:
+        now = time.monotonic()
+        if now - self._last_error_log >= _ERROR_LOG_EVERY_S:
+            self._last_error_log = now
+            log.warning(
+                "worker %s: a record could not be delivered (%s); it is produced again and "
+                "its task's offset stays uncommitted until it is delivered",
+                self.worker_id,
+                error,
+            )
+
+    def _check_deliveries(self) -> None:
+        """Produce again what failed once its delay is over; stop after failing too long."""
+        if self._refused is not None:
+            raise self._refused
+        failing = self._failing_since
+        if failing is not None and time.monotonic() - failing >= _RECOVERY_S:
+            raise BrokerError(
+                f"records could not be delivered for {_RECOVERY_S:.0f}s; the worker stops so "
+                f"that its tasks move to another worker. Check the brokers' health."
+            )
+        if time.monotonic() >= self._redo_at:
+            self._send(self.worker.redo())
+
+    def _commit(self, *, wait: bool = False) -> None:
+        """Commit each partition up to its lowest unsettled task (asynchronously, except
+        when ``wait``: before partitions go and at shutdown)."""
         offsets = self.worker.offsets.to_commit()
-        if not offsets and not self.producer.in_transaction:
+        self.policy.committed()
+        if not offsets:
             return
+        positions = [TopicPartition(self.source_topic, p, o) for p, o in offsets.items()]
         try:
-            if not self.producer.in_transaction:
-                self.producer.begin()
-            positions = [TopicPartition(self.source_topic, p, o) for p, o in offsets.items()]
-            self.producer.send_offsets(positions, self.consumer.consumer_group_metadata())
-            self.producer.commit()
-        except BrokerError as exc:  # aborted, fenced, or no producer while the broker is away
-            self._recover(exc)
+            if wait:
+                answer = self.consumer.commit(offsets=positions, asynchronous=False)
+                failed = [tp.partition for tp in answer or [] if tp.error is not None]
+                offsets = {p: o for p, o in offsets.items() if p not in failed}
+            else:
+                self.consumer.commit(offsets=positions)
+        except KafkaException as exc:  # they are committed again later (or redelivered)
+            log.warning("committing the worker's offsets failed: %s", exc)
+            self.policy.changed()
             return
-        self.policy.closed()
         self.worker.committed(offsets)
-        self.transactions += 1
+        self.commits += 1
         for p, offset in offsets.items():
             tp = TopicPartition(self.source_topic, p)
             _, high = self.consumer.get_watermark_offsets(tp, cached=True)
             if high >= 0:
                 self.metrics.consumer_lag(p, high - offset, self.task_queue)
 
-    def _recover(self, cause: BaseException) -> None:
-        """After an abort: produce the worker's uncommitted output again in a new transaction
-        (with backoff while the broker keeps refusing), so no finished task has to re-run.
-        A fenced producer (the worker stalled past the transaction timeout) is replaced
-        first, and so is one that could not be made again while the broker was away.
+    def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """An asynchronous commit's answer: a failed one is sent again next time."""
+        if error is None:
+            return
+        log.warning("committing the worker's offsets failed (sent again): %s", error)
+        self.worker.offsets.commit_failed(tp.partition for tp in partitions)
+        self.policy.changed()
 
-        Gives up with a BrokerError after ``_RECOVERY_S`` of failures (or when stopping):
-        the uncommitted tasks are then redelivered to whichever worker owns them next.
-        """
-        self.aborts += 1
-        self.policy.closed()
-        delay, retries = 0.05, 0
-        deadline = time.monotonic() + _RECOVERY_S
-        log.warning("transaction failed (%s); producing its records again", cause)
+    def _settle(self, timeout_s: float) -> None:
+        """Wait (bounded) until every record produced so far is delivered, producing failed
+        ones again meanwhile: before a commit that has to cover everything finished."""
+        deadline = time.monotonic() + timeout_s
         while True:
-            time.sleep(delay)
-            try:
-                if not isinstance(cause, AbortedTransaction) or self._producer is None:
-                    self._replace_producer()  # fenced, or left without a working producer
-                if self.producer.in_transaction:
-                    self.producer.abort()
-                pending = self.worker.uncommitted()
-                if pending:
-                    self._produce_all(pending)
-                if retries:
-                    log.info("worker %s: transactions work again", self.worker_id)
+            self._send(self.worker.redo())
+            left = max(deadline - time.monotonic(), 0.0)
+            self.producer.flush(min(left, 0.5))
+            if self.worker.unsent == 0:
                 return
-            except BrokerError as exc:  # aborted, fenced, or no broker to start a producer on
-                cause, retries = exc, retries + 1
-                self.aborts += 1
-                if time.monotonic() >= deadline or self._stop.is_set():
-                    raise BrokerError(
-                        f"transactions keep failing ({exc}); the worker stops so that its "
-                        f"tasks move to another worker. Check the brokers' health."
-                    ) from exc
-                delay = min(delay * 2, _RETRY_MAX_S)
-                log.warning("retrying after another failure in %.2fs: %s", delay, exc)
+            if left <= 0.0:
+                log.warning(
+                    "worker %s: %d record(s) not delivered in time; their tasks' offsets "
+                    "stay uncommitted",
+                    self.worker_id,
+                    self.worker.unsent,
+                )
+                return
+            if self.worker.redo_pending:
+                time.sleep(min(self._retry_s, left))
 
     # --- rebalancing ------------------------------------------------------------------------
 
@@ -422,8 +469,6 @@ class KafkaWorker:
         self._recovery.failed(cause)  # raises once the bounds are used up
         old, self._consumer = self.consumer, None
         self.worker.revoked(tp.partition for tp in old.assignment())
-        if self.producer.in_transaction:
-            self.producer.abort()
         close_within(f"closing the failed consumer of worker {self.worker_id}", old.close, 10.0)
         self._paused = False
         self._consumer = self._new_consumer()
@@ -434,29 +479,31 @@ class KafkaWorker:
         self._repause = True
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Commit what is settled before the partitions go; drop their unfinished tasks."""
+        """Deliver what finished and commit what is settled before the partitions go; drop
+        their unfinished tasks."""
         if consumer is not self._consumer:
             return  # a failed consumer being closed (``_rejoin`` dropped its partitions)
         log.info("revoked %s", sorted(tp.partition for tp in partitions))
         self._send(self.worker.collect())
-        self._commit()
+        self._settle(_REVOKE_FLUSH_S)
+        self._commit(wait=True)
         self.worker.revoked(tp.partition for tp in partitions)
         self.metrics.partitions_dropped((tp.partition for tp in partitions), self.task_queue)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Lost partitions can no longer take offsets: abort and re-produce the rest."""
+        """Lost partitions can no longer take offsets: forget them. Their records still on
+        the way may arrive (a copy of what the next owner produces, which the processor
+        drops)."""
         if consumer is not self._consumer:
             return  # a failed consumer being closed (``_rejoin`` dropped its partitions)
         log.warning("lost %s", sorted(tp.partition for tp in partitions))
         self.worker.revoked(tp.partition for tp in partitions)
-        if self.producer.in_transaction:
-            self.producer.abort()
-            self._recover(AbortedTransaction("partitions were lost"))
 
     # --- shutdown ---------------------------------------------------------------------------
 
     def _drain(self) -> None:
-        """Stop taking tasks, let running ones finish (bounded), commit."""
+        """Stop taking tasks, let running ones finish and their results be delivered
+        (bounded), commit."""
         self.consumer.pause(self.consumer.assignment())
         self._paused = True
         dropped = self.worker.drop_backlog()
@@ -464,8 +511,10 @@ class KafkaWorker:
         while self.worker.running and time.monotonic() < deadline:
             self.consumer.poll(0.0)
             self._send(self.worker.collect(0.05))
+            self.producer.poll(0)
         self._send(self.worker.collect())
-        self._commit()
+        self._settle(max(deadline - time.monotonic(), 1.0))
+        self._commit(wait=True)
         if self.worker.running or dropped:
             log.warning(
                 "stopping with %d running and %d queued task(s) unfinished; they will be "
@@ -487,7 +536,7 @@ class KafkaWorker:
                     log.warning("closing the consumer failed: %s", exc)
             if self._producer is not None:
                 try:
-                    self._producer.close()
+                    self._producer.close(5.0)
                 except Exception as exc:
                     log.warning("closing the producer failed: %s", exc)
         self.worker.shutdown()
@@ -495,7 +544,7 @@ class KafkaWorker:
 
 def run_loops(workers: list[KafkaWorker], stop: threading.Event) -> None:
     """Run one loop per task queue until ``stop`` is set. Each queue has its own consumer
-    and transactional producer, so a busy queue never holds up another; if one loop
+    and producer, so a busy queue never holds up another; if one loop
     fails, the others stop too and the first error is raised."""
     if len(workers) == 1:
         workers[0].run(stop)

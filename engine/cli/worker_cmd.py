@@ -64,8 +64,8 @@ def register(subparsers: SubParsers) -> None:
     worker.add_argument("--concurrency", type=int, help="activities running at once (default 16)")
     worker.add_argument(
         "--worker-id",
-        help="stable, unique id of this worker; it names its transactional.id (default "
-        "worker-0: give each worker its own)",
+        help="stable, unique id of this worker; it names its static group membership and "
+        "client id (default worker-0: give each worker its own)",
     )
     worker.add_argument(
         "--task-queue",

@@ -13,8 +13,9 @@ Roles:
   ``<namespace>.activity-tasks``), commits offsets for its group inside transactions under
   ``<namespace>.processor.<replica id>``.
 - ``worker``: reads its task queues and writes to them (a task it does not serve goes back
-  to its queue), writes activity results and dead letters, commits offsets for its group
-  inside transactions under ``<namespace>.worker.<worker id>``.
+  to its queue), writes activity results and dead letters with an idempotent producer (no
+  transactions, so no transactional id; since Kafka 3.0 idempotence needs only WRITE on the
+  topics), commits offsets for its group.
 - ``client``: writes commands, reads the status topic and the command outcomes (both
   assigned every partition; it joins no group).
 
@@ -93,8 +94,6 @@ def _worker(t: TopicNames, namespace: str) -> list[Acl]:
         Acl("topic", t.activity_results, "WRITE"),
         Acl("topic", t.dead_letters, "WRITE"),
         Acl("group", f"{namespace}.worker", "READ"),
-        Acl("transactional-id", f"{namespace}.worker.", "WRITE", prefixed=True),
-        Acl("transactional-id", f"{namespace}.worker.", "DESCRIBE", prefixed=True),
     ]
 
 

@@ -5,16 +5,18 @@ what to do next. The split keeps the delicate parts - which offsets are safe to 
 to pause, how a failure is reported - testable without a broker.
 
 Delivery guarantees. An activity body runs *at least once*: results of finished tasks are
-produced as soon as they are ready, but a partition's offset is only committed up to its
-lowest task that is still running (the contiguous completed prefix). A worker that crashes
-after running a task but before committing past it hands the task to the next owner, which
-runs it again. Its *result* is produced exactly once per run, in one transaction with the
-offsets, and the processor ignores a second result for a task it has already completed.
-Activities that touch the outside world should use ``current_activity().idempotency_key``
-(one per call: the same across retries and redeliveries).
+produced as soon as they are ready (by an idempotent producer, outside any transaction), and
+a partition's offset is only committed up to its lowest task that is not *settled*: still
+running, or with a record (result, dead letter, note, requeued task) whose delivery the
+broker has not acknowledged yet. A worker that crashes before committing past a task hands
+it to the next owner, which runs it again, so a result can reach the processor twice; the
+processor applies each attempt's result at most once and drops the copy. Activities that
+touch the outside world should use ``current_activity().idempotency_key`` (one per call:
+the same across retries and redeliveries).
 
-Results that were produced in a transaction that was then aborted are kept (the *outbox*)
-and produced again in the next transaction, so an abort never forces a task to run again.
+A record whose delivery fails is handed out again (:meth:`Worker.redo`) and keeps its task's
+offset from being committed until it is delivered, so a failure never loses a result and
+never forces a task to run again.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import queue
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
@@ -44,6 +46,7 @@ from engine.services.dead_letters import dead_letter_of
 from engine.services.queue_limits import QueueLimits
 from engine.services.records import RawRecord as TaskRecord
 from engine.services.tracing import NoTracing, TraceHook
+from engine.services.worker_offsets import OffsetTracker
 
 __all__ = [
     "REQUEUES_HEADER",
@@ -71,8 +74,9 @@ Headers = tuple[tuple[str, bytes], ...]
 class Outbound:
     """A record to produce: a result (``dead=False``) or a dead letter (``dead=True``).
 
-    ``partition`` is the *source* partition it answers, used to drop records of partitions
-    this worker no longer owns; the output partition is chosen by key (murmur2).
+    ``partition``, ``offset`` and ``epoch`` name the *source* task record it answers: its
+    offset is not committed until this record is delivered, and records of partitions this
+    worker no longer owns are dropped; the output partition is chosen by key (murmur2).
     """
 
     key: bytes
@@ -83,12 +87,16 @@ class Outbound:
     #: A task put back on the worker's own task-queue topic, on partition ``requeue_to``
     #: (see :meth:`Worker.accept`); ``None``: a result or a dead letter.
     requeue_to: int | None = None
+    #: Offset and epoch of the source task record (see :class:`OffsetTracker`).
+    offset: int = -1
+    epoch: int = 0
 
 
-def dead_letter(record: TaskRecord, topic: str, reason: str) -> Outbound:
+def dead_letter(record: TaskRecord, topic: str, reason: str, epoch: int = 0) -> Outbound:
     """The dead-letter record for an unusable input record, with the reason in headers."""
     value, headers = dead_letter_of(record, topic, reason)
-    return Outbound(record.key or b"", value, record.partition, True, headers)
+    key = record.key or b""
+    return Outbound(key, value, record.partition, True, headers, None, record.offset, epoch)
 
 
 # --- activities ----------------------------------------------------------------------------
@@ -176,95 +184,6 @@ class ActivityObserver(Protocol):
         queue."""
 
 
-# --- offsets -------------------------------------------------------------------------------
-
-
-@dataclass
-class _PartitionOffsets:
-    epoch: int
-    running: set[int] = field(default_factory=set)
-    next_offset: int | None = None
-    committed: int | None = None
-
-    def committable(self) -> int | None:
-        """Lowest offset still running, else one past the last consumed record."""
-        return min(self.running) if self.running else self.next_offset
-
-
-class OffsetTracker:
-    """Per partition: which consumed offsets are still open, and how far it is safe to commit.
-
-    ``epoch`` changes whenever a partition is (re)assigned or dropped, so that a task that
-    finishes after its partition moved away is recognised and its result dropped.
-    """
-
-    def __init__(self) -> None:
-        self._parts: dict[int, _PartitionOffsets] = {}
-        self._epochs = 0
-
-    def assign(self, partitions: Iterable[int]) -> None:
-        for p in partitions:
-            self._epochs += 1
-            self._parts[p] = _PartitionOffsets(self._epochs)
-
-    def drop(self, partitions: Iterable[int]) -> None:
-        for p in partitions:
-            self._parts.pop(p, None)
-
-    def partitions(self) -> list[int]:
-        return sorted(self._parts)
-
-    def consumed(self, partition: int, offset: int) -> int | None:
-        """Record a consumed offset as open; returns the partition's epoch, or None when the
-        partition is not assigned (a record that raced its partition's revocation)."""
-        part = self._parts.get(partition)
-        if part is None:
-            return None
-        part.running.add(offset)
-        if part.next_offset is None or offset + 1 > part.next_offset:
-            part.next_offset = offset + 1
-        return part.epoch
-
-    def done(self, partition: int, offset: int, epoch: int) -> bool:
-        """Close an offset; False when it belongs to an older epoch (drop its output)."""
-        part = self._parts.get(partition)
-        if part is None or part.epoch != epoch:
-            return False
-        part.running.discard(offset)
-        return True
-
-    def is_current(self, partition: int, epoch: int) -> bool:
-        part = self._parts.get(partition)
-        return part is not None and part.epoch == epoch
-
-    def caught_up(self, positions: Mapping[int, int]) -> None:
-        """The consumer's positions, read right after a poll whose records were all taken:
-        a partition with nothing running may commit up to its position. The position passes
-        the transaction markers after the last task (they are no records), so the committed
-        offset meets the log end and an idle worker's lag reads 0, not 1."""
-        for p, position in positions.items():
-            part = self._parts.get(p)
-            if part is None or part.running or position < 0:
-                continue
-            if part.next_offset is None or position > part.next_offset:
-                part.next_offset = position
-
-    def to_commit(self) -> dict[int, int]:
-        """Offsets (next to read) that moved past what was last committed."""
-        out: dict[int, int] = {}
-        for p, part in self._parts.items():
-            target = part.committable()
-            if target is not None and (part.committed is None or target > part.committed):
-                out[p] = target
-        return out
-
-    def committed(self, offsets: Mapping[int, int]) -> None:
-        for p, offset in offsets.items():
-            part = self._parts.get(p)
-            if part is not None:
-                part.committed = offset
-
-
 # --- flow control and commit timing --------------------------------------------------------
 
 
@@ -291,23 +210,26 @@ def flow_action(load: int, high: int, low: int, paused: bool) -> FlowAction:
 
 @dataclass
 class CommitPolicy:
-    """Batch results into transactions: commit after ``interval_s`` or as soon as idle."""
+    """Batch offset commits: commit ``interval_s`` after something settled, or as soon as
+    idle. Results do not wait for the commit (they are visible once delivered), so the
+    interval only bounds how much a crash makes run again and how many commits are sent."""
 
-    interval_s: float = 0.05
+    interval_s: float = 0.1
     clock: Callable[[], float] = time.monotonic
-    _opened: float | None = None
+    _changed: float | None = None
 
-    def opened(self) -> None:
-        if self._opened is None:
-            self._opened = self.clock()
+    def changed(self) -> None:
+        """Something settled since the last commit."""
+        if self._changed is None:
+            self._changed = self.clock()
 
-    def closed(self) -> None:
-        self._opened = None
+    def committed(self) -> None:
+        self._changed = None
 
     def due(self, *, idle: bool) -> bool:
-        if self._opened is None:
+        if self._changed is None:
             return False
-        return idle or self.clock() - self._opened >= self.interval_s
+        return idle or self.clock() - self._changed >= self.interval_s
 
 
 # --- the worker ----------------------------------------------------------------------------
@@ -350,7 +272,8 @@ class _Unserved:
         headers += ((REQUEUES_HEADER, str(self.requeues + 1).encode()),)
         target = (self.record.partition + 1) % max(partitions, 1)
         key, value = self.record.key or b"", self.record.value or b""
-        return Outbound(key, value, self.record.partition, False, headers, target)
+        r = self.record
+        return Outbound(key, value, r.partition, False, headers, target, r.offset, self.epoch)
 
 
 def _call_of(task: ActivityTask) -> tuple[str, int, int, int]:
@@ -421,7 +344,8 @@ class Worker:
         self._attempts: dict[tuple[int, int, int], Attempt] = {}
         self._done: queue.SimpleQueue[Completion] = queue.SimpleQueue()
         self._running = 0
-        self._outbox: list[Outbound] = []
+        #: Records whose delivery failed, to be produced again (see :meth:`redo`).
+        self._redo: list[Outbound] = []
         self.stats: dict[str, int] = {
             "tasks": 0,
             "results": 0,
@@ -459,6 +383,21 @@ class Worker:
         return self.load == 0 and not self._unserved
 
     @property
+    def unsent(self) -> int:
+        """Records produced and not delivered yet (those to produce again included)."""
+        return self.offsets.unsent
+
+    @property
+    def redo_pending(self) -> bool:
+        """Whether records wait to be produced again (:meth:`redo`)."""
+        return bool(self._redo)
+
+    @property
+    def settled(self) -> bool:
+        """Idle, and every record it produced was delivered: all it consumed may commit."""
+        return self.idle and self.offsets.unsent == 0
+
+    @property
     def held(self) -> int:
         """Unserved tasks waiting to go back to their queue."""
         return len(self._unserved)
@@ -479,7 +418,8 @@ class Worker:
             # the waiting tasks are bounded per partition instead (crowded_partitions):
             # a pause of all of them would starve the partitions with nothing waiting
             return flow_action(self._running, self.concurrency, self.concurrency - 1, paused)
-        return flow_action(self.load, high, low, paused)
+        # records on their way count too: a producer that cannot deliver stops the intake
+        return flow_action(self.load + self.unsent, high, low, paused)
 
     # --- input ------------------------------------------------------------------------------
 
@@ -500,8 +440,8 @@ class Worker:
                 continue
             task, reason = self._decode(record)
             if task is None:
+                letters.append(self._held(dead_letter(record, self.source_topic, reason, epoch)))
                 self.offsets.done(record.partition, record.offset, epoch)
-                letters.append(dead_letter(record, self.source_topic, reason))
                 self.stats["dead"] += 1
                 continue
             if isinstance(task, ActivityCancel):
@@ -509,7 +449,7 @@ class Worker:
                 self._cancel(task)
                 continue
             if not self.registry.has_activity(task.name):
-                letters.append(self._hold_unserved(record, task, epoch))
+                letters.append(self._held(self._hold_unserved(record, task, epoch)))
                 continue
             self.stats["tasks"] += 1
             if self.observer is not None:
@@ -517,8 +457,12 @@ class Worker:
             parent = attempt_parent(self.tracing, record)
             self._backlog.append(_Pending(task, record.partition, record.offset, epoch, parent))
         self._start_backlog()
-        self._outbox.extend(letters)
         return letters
+
+    def _held(self, record: Outbound) -> Outbound:
+        """``record``, with its source offset kept open until it is delivered."""
+        self.offsets.hold(record.partition, record.offset, record.epoch)
+        return record
 
     def _hold_unserved(self, record: TaskRecord, task: ActivityTask, epoch: int) -> Outbound:
         requeues = _requeues(record)
@@ -540,11 +484,14 @@ class Worker:
         result = ActivityResult(
             task.instance_id, task.generation, task.task_id, task.attempt, unserved=note
         )
-        return Outbound(task.instance_id.encode("utf-8"), encode_message(result), record.partition)
+        key = task.instance_id.encode("utf-8")
+        return Outbound(
+            key, encode_message(result), record.partition, offset=record.offset, epoch=epoch
+        )
 
     def _requeue_due(self) -> list[Outbound]:
         """Unserved tasks whose delay is over, as records back onto the queue (their
-        offsets are settled by the same transaction)."""
+        offsets settle once these are delivered)."""
         if not self._unserved:
             return []
         now = time.monotonic()
@@ -554,8 +501,9 @@ class Worker:
         self._unserved = [u for u in self._unserved if u.due > now]
         out = []
         for u in due:
-            if self.offsets.done(u.record.partition, u.record.offset, u.epoch):
-                out.append(u.requeued(self.source_partitions))
+            if self.offsets.is_current(u.record.partition, u.epoch):
+                out.append(self._held(u.requeued(self.source_partitions)))
+                self.offsets.done(u.record.partition, u.record.offset, u.epoch)
         return out
 
     def _cancel(self, c: ActivityCancel) -> None:
@@ -667,7 +615,8 @@ class Worker:
 
     def collect(self, wait_s: float = 0.0) -> list[Outbound]:
         """Results of activities that finished since the last call (waiting up to ``wait_s``
-        for the first one); they are also kept in the outbox until committed."""
+        for the first one), and unserved tasks due to go back to their queue. Each keeps
+        its task's offset open until :meth:`delivered` is called for it."""
         out = self._requeue_due()
         self._check_heartbeats()
         if self._backlog and self.queue_limits.rate:
@@ -675,7 +624,6 @@ class Worker:
         try:
             completion = self._done.get(timeout=wait_s) if wait_s > 0 else self._done.get_nowait()
         except queue.Empty:
-            self._outbox.extend(out)
             return out
         while True:
             self._running -= 1
@@ -695,7 +643,6 @@ class Worker:
             except queue.Empty:
                 break
         self._start_backlog()
-        self._outbox.extend(out)
         return out
 
     def _check_heartbeats(self) -> None:
@@ -708,10 +655,11 @@ class Worker:
                 attempt.stop(overdue)
 
     def _result(self, c: Completion) -> Outbound | None:
-        if not self.offsets.done(c.partition, c.offset, c.epoch):
+        if not self.offsets.is_current(c.partition, c.epoch):
             log.info("dropping the result of %s: its partition moved", c.task.attempt_label)
             return None
         if c.outcome == "cancelled":  # the workflow stopped waiting: nothing to report
+            self.offsets.done(c.partition, c.offset, c.epoch)
             self.stats["cancelled"] += 1
             return None
         self.stats["results"] += 1
@@ -723,10 +671,14 @@ class Worker:
         headers = attempt_span(
             self.tracing, c.task, c.parent, c.began_ns, c.duration_s, c.outcome, failure_type
         )
-        return Outbound(key, encode_message(c.result()), c.partition, headers=headers)
+        value = encode_message(c.result())
+        out = self._held(Outbound(key, value, c.partition, False, headers, None, c.offset, c.epoch))
+        self.offsets.done(c.partition, c.offset, c.epoch)
+        return out
 
     def replace_rejected(self, record: Outbound, reason: str) -> Outbound:
-        """A failure result in place of a result the broker refused (too large, say)."""
+        """A failure result in place of a result the broker refused (too large, say); it
+        takes over the refused record's hold on its task's offset."""
         result = decode_message(record.value)
         assert isinstance(result, ActivityResult)
         failure = FailureDetails(
@@ -738,20 +690,32 @@ class Worker:
         replaced = ActivityResult(
             result.instance_id, result.generation, result.task_id, result.attempt, None, failure
         )
-        new = Outbound(record.key, encode_message(replaced), record.partition)
-        self._outbox = [new if r is record else r for r in self._outbox]
-        return new
+        value = encode_message(replaced)
+        r = record
+        return Outbound(r.key, value, r.partition, False, (), None, r.offset, r.epoch)
 
-    # --- transactions -----------------------------------------------------------------------
+    # --- delivery and commits ---------------------------------------------------------------
 
-    def uncommitted(self) -> list[Outbound]:
-        """What was produced since the last commit: produce it again after an abort."""
-        return list(self._outbox)
+    def delivered(self, record: Outbound) -> bool:
+        """The broker acknowledged ``record``: its task's offset may settle. False for a
+        record of a partition that moved away meanwhile (nothing to settle)."""
+        return self.offsets.delivered(record.partition, record.offset, record.epoch)
+
+    def undelivered(self, record: Outbound) -> None:
+        """``record`` could not be delivered: keep its task's offset open and hand it out
+        again (:meth:`redo`), unless its partition moved away."""
+        if self.offsets.is_current(record.partition, record.epoch):
+            self._redo.append(record)
+
+    def redo(self) -> list[Outbound]:
+        """The records to produce again (their delivery failed); each still holds its
+        task's offset."""
+        out, self._redo = self._redo, []
+        return out
 
     def committed(self, offsets: Mapping[int, int]) -> None:
-        """The transaction with the outbox and these offsets committed."""
+        """These offsets (next to read, per partition) were committed."""
         self.offsets.committed(offsets)
-        self._outbox.clear()
 
     # --- rebalancing ------------------------------------------------------------------------
 
@@ -759,13 +723,14 @@ class Worker:
         self.offsets.assign(partitions)
 
     def revoked(self, partitions: Iterable[int]) -> None:
-        """Forget partitions that moved away: queued tasks and unsent results are dropped
-        (the new owner gets them again); running ones finish but their results are dropped."""
+        """Forget partitions that moved away: queued tasks and results waiting to be produced
+        again are dropped (the new owner runs the tasks again); running ones finish but
+        their results are dropped."""
         gone = set(partitions)
         self.offsets.drop(gone)
         self._backlog = deque(p for p in self._backlog if p.partition not in gone)
         self._unserved = [u for u in self._unserved if u.record.partition not in gone]
-        self._outbox = [r for r in self._outbox if r.partition not in gone]
+        self._redo = [r for r in self._redo if r.partition not in gone]
 
     def drop_backlog(self) -> int:
         """Forget tasks that have not started (at shutdown); their offsets stay uncommitted,

@@ -184,7 +184,7 @@ def test_sync_and_async_activities_give_exactly_one_committed_result_each(
         result = results[(f"wf-{i}", i)]
         assert result.failure is None and from_payload(result.output) == i + 1
     assert from_payload(results[("wf-key", 7)].output) == "wf-key/0/7"
-    assert worker.transactions < len(tasks), "results are batched into transactions"
+    assert worker.commits < len(tasks), "offset commits are batched"
     committed = _committed(kafka_bootstrap, settings.worker_group, topics.activity_tasks)
     per_partition: dict[int, int] = {}
     for t in tasks:

@@ -122,13 +122,13 @@ def test_without_prefetch_the_worker_resumes_as_soon_as_a_slot_is_free(
 def test_commit_policy_commits_when_idle_or_after_the_interval() -> None:
     now = [100.0]
     policy = CommitPolicy(0.05, clock=lambda: now[0])
-    assert not policy.due(idle=True), "nothing open: nothing to commit"
-    policy.opened()
+    assert not policy.due(idle=True), "nothing settled: nothing to commit"
+    policy.changed()
     assert policy.due(idle=True)
     assert not policy.due(idle=False)
     now[0] += 0.06
     assert policy.due(idle=False)
-    policy.closed()
+    policy.committed()
     assert not policy.due(idle=True)
 
 
@@ -146,12 +146,19 @@ def _record(task: Message | bytes | None, offset: int = 0, partition: int = 0) -
     return TaskRecord(partition, offset, b"wf-1", value, 1234)
 
 
-def _results(worker: Worker, count: int, timeout: float = 5.0) -> list[ActivityResult]:
+def _collect(worker: Worker, count: int, timeout: float = 5.0) -> list[Outbound]:
     out: list[Outbound] = []
     deadline = time.monotonic() + timeout
     while len(out) < count and time.monotonic() < deadline:
         out.extend(worker.collect(0.01))
     assert len(out) == count, f"expected {count} results, got {len(out)}"
+    return out
+
+
+def _results(worker: Worker, count: int, timeout: float = 5.0) -> list[ActivityResult]:
+    """The next ``count`` results, each acknowledged as if by the broker."""
+    out = _collect(worker, count, timeout)
+    assert all(worker.delivered(r) for r in out)
     results = [decode_message(r.value) for r in out]
     assert all(isinstance(r, ActivityResult) for r in results)
     return [r for r in results if isinstance(r, ActivityResult)]
@@ -240,6 +247,7 @@ def test_an_unknown_activity_is_never_failed_it_goes_back_to_its_queue(worker: W
     assert "--task-queue default" in result.unserved
     assert worker.offsets.to_commit() == {2: 7}  # held: not committed past it yet
     assert not worker.idle and worker.held == 1
+    assert worker.delivered(note)
     out: list[Outbound] = []
     deadline = time.monotonic() + 5
     while not out and time.monotonic() < deadline:
@@ -248,7 +256,10 @@ def test_an_unknown_activity_is_never_failed_it_goes_back_to_its_queue(worker: W
     assert requeued.requeue_to == 0  # the next partition, wrapping around
     assert requeued.value == _record(_task("nope")).value
     assert dict(requeued.headers)[REQUEUES_HEADER] == b"1"
-    assert worker.offsets.to_commit() == {2: 8} and worker.idle
+    assert worker.offsets.to_commit() == {2: 7}, "the requeued copy is not delivered yet"
+    assert worker.idle and not worker.settled
+    assert worker.delivered(requeued)
+    assert worker.offsets.to_commit() == {2: 8} and worker.settled
     assert worker.stats["unserved"] == 1 and worker.stats["failures"] == 0
 
 
@@ -318,7 +329,9 @@ def test_undecodable_and_foreign_records_become_dead_letters(worker: Worker) -> 
     assert headers["source-offset"] == b"5" and headers["source-topic"] == TOPIC.encode()
     assert b"undecodable" in headers["reason"]
     _results(worker, 1)
-    assert worker.offsets.to_commit() == {0: 9}, "dead letters settle their offsets"
+    assert worker.offsets.to_commit() == {0: 5}, "dead letters not delivered yet"
+    assert all(worker.delivered(letter) for letter in letters)
+    assert worker.offsets.to_commit() == {0: 9}, "delivered dead letters settle their offsets"
 
 
 def test_load_beyond_concurrency_waits_in_a_backlog(registry: Registry) -> None:
@@ -373,25 +386,47 @@ def test_records_of_partitions_not_assigned_are_ignored(worker: Worker) -> None:
     assert worker.load == 0 and worker.offsets.to_commit() == {}
 
 
-def test_the_outbox_keeps_uncommitted_output_until_commit(worker: Worker) -> None:
-    worker.accept([_record(b"bad", 0), _record(_task("double", 2), 1)])
-    _results(worker, 1)
-    assert len(worker.uncommitted()) == 2, "produce them again if the transaction aborts"
-    offsets = worker.offsets.to_commit()
-    worker.committed(offsets)
-    assert worker.uncommitted() == []
+def test_an_undelivered_result_is_produced_again_and_holds_its_offset(worker: Worker) -> None:
+    [letter] = worker.accept([_record(b"bad", 0), _record(_task("double", 2), 1)])
+    [result] = _collect(worker, 1)
+    assert worker.delivered(letter)
+    assert worker.offsets.to_commit() == {0: 1}, "the result of offset 1 is on its way"
+    worker.undelivered(result)
+    assert worker.redo_pending and worker.unsent == 1 and not worker.settled
+    assert worker.redo() == [result] and worker.redo() == []
+    assert worker.offsets.to_commit() == {0: 1}, "produced again, still not delivered"
+    assert worker.delivered(result)
+    assert worker.offsets.to_commit() == {0: 2} and worker.settled
+    worker.committed({0: 2})
     assert worker.offsets.to_commit() == {}
+    assert not worker.delivered(result), "a second acknowledgement settles nothing more"
+
+
+def test_records_waiting_to_be_produced_again_are_dropped_with_their_partition(
+    worker: Worker,
+) -> None:
+    worker.accept([_record(_task("double", 2), 3)])
+    [result] = _collect(worker, 1)
+    worker.undelivered(result)
+    worker.revoked([0])
+    assert worker.redo() == [] and worker.unsent == 0
+    assert not worker.delivered(result), "a late acknowledgement of a moved partition"
+    worker.assigned([0])
+    worker.undelivered(result)  # a failure reported after the partition came back
+    assert worker.redo() == [], "the old assignment's record is not produced again"
 
 
 def test_a_rejected_result_is_replaced_by_a_failure(worker: Worker) -> None:
     worker.accept([_record(_task("double", 2))])
-    worker.collect(2.0)
-    [original] = worker.uncommitted()
+    [original] = _collect(worker, 1)
     replaced = worker.replace_rejected(original, "Message size too large")
     result = decode_message(replaced.value)
     assert isinstance(result, ActivityResult) and result.failure is not None
     assert result.failure.type == "ResultRejected" and not result.failure.retryable
-    assert worker.uncommitted() == [replaced]
+    assert (replaced.partition, replaced.offset, replaced.epoch) == (0, 0, original.epoch)
+    assert worker.offsets.to_commit() == {0: 0}, "the replacement holds the offset"
+    assert worker.delivered(replaced)
+    assert worker.offsets.to_commit() == {0: 1}
 
 
 def test_current_activity_outside_an_activity_says_how_to_test() -> None:
