@@ -1,10 +1,10 @@
 """Replay throughput as a cold instance pays it: Avro decoding plus the executor, per core.
 
 ``replay_bench.py`` measures the executor on in-memory events. A processor that loads a cold
-instance does more: it reads the encoded history rows and decodes each one
-(``engine.codec.decode_history``) before replaying. This script runs replay_bench's
-measurements (wall clock) and then measures, in process CPU time, executor only, decode
-only and decode + executor on the same histories sealed exactly as the processor stores
+instance does more: it reads the encoded history rows and decodes them
+(``engine.codec.decode_histories``, all rows in one call) before replaying. This script runs
+replay_bench's measurements (wall clock) and then measures, in process CPU time, executor
+only, decode only and decode + executor on the same histories sealed exactly as the processor stores
 them (``seal_history``, hash-chained). Everything runs in one thread: events per
 CPU-second is events/s per core.
 
@@ -22,7 +22,7 @@ from typing import Any
 import replay_bench
 from common import emit, git_commit, host_info, progress
 
-from engine.codec import decode_history, seal_history
+from engine.codec import decode_histories, seal_history
 from engine.core.history import HistoryEvent, RuntimeStatus
 from engine.runtime.executor import WorkflowExecution
 
@@ -68,12 +68,11 @@ def per_core(name: str, n: int, seconds: float) -> list[dict[str, Any]]:
         assert execution.status is RuntimeStatus.COMPLETED
 
     def decode() -> None:
-        for raw in rows:
-            decode_history(raw)
+        decode_histories(rows)
 
     def decode_replay() -> None:
         execution = WorkflowExecution(replay_bench.registry, f"bench-{name}")
-        execution.replay([decode_history(raw) for raw in rows])
+        execution.replay(decode_histories(rows))
         assert execution.status is RuntimeStatus.COMPLETED
 
     lines = []

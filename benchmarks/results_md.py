@@ -25,6 +25,11 @@ HEADERS = {
     "replay": "| date (UTC) | commit | machine | workload | events | executor only ev/s "
     "| decode only ev/s | decode + executor ev/s |\n"
     "|---|---|---|---|---:|---:|---:|---:|",
+    "replay_ab": "| date (UTC) | commit (before -> after) | machine | load avg 1/5/15 | rounds "
+    "| workload | events | executor CPU ev/s before / after | decode CPU ev/s before / after "
+    "| decode + executor CPU ev/s before / after (ratio) | decode + executor wall ev/s "
+    "before / after |\n"
+    "|---|---|---|---|---:|---|---:|---|---|---|---|",
     "restore": "| date (UTC) | commit | machine | params | records | restore s "
     "| instances/s | records/s | slowest partition s |\n"
     "|---|---|---|---|---:|---:|---:|---:|---:|",
@@ -158,6 +163,31 @@ def add_replay(result: dict[str, Any]) -> None:
             ]
         )
         append_row("replay", row)
+
+
+def add_replay_ab(result: dict[str, Any]) -> None:
+    """Rows of ``replay_ab.py``: the same workloads before and after, from one run."""
+    for w in result["workloads"]:
+
+        def pair(measure: str, clock: str = "cpu", w: dict[str, Any] = w) -> str:
+            return f"{w[f'before_{measure}_{clock}_ev_s']} / {w[f'after_{measure}_{clock}_ev_s']}"
+
+        row = _row(
+            [
+                _date(result),
+                f"{result['base_commit']} -> {result['commit']}",
+                machine_line(result["host"]),
+                " / ".join(str(x) for x in result["load_average"]),
+                result["params"]["rounds"],
+                w["workload"],
+                w["history_events"],
+                pair("executor"),
+                pair("decode"),
+                f"{pair('decode_replay')} ({w['decode_replay_cpu_ratio']}x)",
+                pair("decode_replay", "wall"),
+            ]
+        )
+        append_row("replay_ab", row)
 
 
 def _best(workload: dict[str, Any], name: str) -> str:

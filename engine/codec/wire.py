@@ -22,6 +22,7 @@ from fastavro import schemaless_reader
 from fastavro.validation import validate
 
 from engine.codec.bindings import MESSAGE_RECORD_TYPES, from_avro, to_avro
+from engine.codec.bulk import ManyReader, compile_many_reader
 from engine.codec.compiler import compile_schema
 from engine.codec.confluent import is_confluent, registry_configured, to_single_object
 from engine.codec.registry import (
@@ -71,12 +72,28 @@ _ENCODE_ERRORS = (
     RecursionError,
 )
 
+#: The history bodies a replay meets most, most frequent first: the bulk decoder reads them
+#: inline (any other body goes through the same compiled reader as a single decode).
+HOT_EVENTS = (
+    "TaskScheduled",
+    "TurnStarted",
+    "TaskCompleted",
+    "InlineStepCompleted",
+    "TimerCreated",
+    "TimerFired",
+    "EventRaised",
+    "ChildWorkflowCreated",
+    "ChildWorkflowCompleted",
+)
+
 #: Decoders keyed by the whole 10-byte header, so one slice and one lookup check both the
 #: marker and the fingerprint on the hot path.
 _HISTORY_DECODERS: dict[bytes, Decoder] = {}
 _MESSAGE_DECODERS: dict[bytes, Decoder] = {}
 _ROW_DECODERS: dict[bytes, Decoder] = {}
 _ENCODERS: dict[type, Encoder] = {}
+#: The bulk history decoder (current schema), under the key ``HISTORY``.
+_MANY: dict[str, ManyReader] = {}
 _KNOWN: dict[bytes, WriterSchema] = {}
 _CURRENT: dict[str, WriterSchema] = {}
 _LOCK = threading.Lock()
@@ -109,6 +126,22 @@ def decode_history(data: bytes) -> HistoryEvent:
         data, decoder = _lookup(data, _HISTORY_DECODERS, "history event")
     event: HistoryEvent = decoder(data)
     return event
+
+
+def decode_histories(rows: Iterable[bytes]) -> list[HistoryEvent]:
+    """Decode the history records of ``rows`` in one call (a cold load's whole history).
+
+    Equal to ``[decode_history(row) for row in rows]``, value for value and error for error,
+    at a fraction of the cost per record: records of the current schema are read in one
+    generated loop, anything else (older schemas, Confluent framing, bad bytes) by
+    ``decode_history``.
+    """
+    read_many = _MANY.get(HISTORY)
+    if read_many is None:
+        _ensure_loaded()
+        read_many = _MANY[HISTORY]
+    events: list[HistoryEvent] = read_many(rows, decode_history)
+    return events
 
 
 def encode_message(msg: Message) -> bytes:
@@ -394,7 +427,15 @@ def reload_schemas(directory: Path | None = None) -> None:
     loads the tables once, on first use.
     """
     with _LOCK:
-        tables = (_HISTORY_DECODERS, _MESSAGE_DECODERS, _ROW_DECODERS, _ENCODERS, _KNOWN, _CURRENT)
+        tables = (
+            _HISTORY_DECODERS,
+            _MESSAGE_DECODERS,
+            _ROW_DECODERS,
+            _ENCODERS,
+            _MANY,
+            _KNOWN,
+            _CURRENT,
+        )
         for table in tables:
             table.clear()
         _build_tables(directory)
@@ -436,4 +477,7 @@ def _build_tables(directory: Path | None) -> None:
     _MESSAGE_DECODERS.update(message_decoders)
     _ROW_DECODERS.update(row_decoders)
     _ENCODERS.update(encoders)
+    _MANY[HISTORY] = compile_many_reader(
+        current[HISTORY].parsed, current[HISTORY].header, HOT_EVENTS
+    )
     _CURRENT.update(current)  # last: it marks the tables as ready

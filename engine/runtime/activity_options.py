@@ -77,7 +77,39 @@ def activity_options(
     heartbeat_timeout: Duration = None,
 ) -> ActivityOptions:
     """Validate a call's options (seconds or timedeltas; ``timeout`` is the older name of
-    ``start_to_close``)."""
+    ``start_to_close``). Calls without timeouts share one options object per task queue:
+    replaying a long history makes this call once per activity."""
+    if (
+        timeout is None
+        and start_to_close is None
+        and schedule_to_start is None
+        and schedule_to_close is None
+        and heartbeat_timeout is None
+    ):
+        shared = _DEFAULTS.get(task_queue)
+        if shared is None:
+            shared = _build(task_queue, None, None, None, None, None)
+            if len(_DEFAULTS) < _MAX_SHARED:
+                _DEFAULTS[task_queue] = shared
+        return shared
+    return _build(
+        task_queue, timeout, start_to_close, schedule_to_start, schedule_to_close, heartbeat_timeout
+    )
+
+
+#: Options without timeouts, by task queue (few queues; bounded all the same).
+_DEFAULTS: dict[str, ActivityOptions] = {}
+_MAX_SHARED = 1024
+
+
+def _build(
+    task_queue: str,
+    timeout: Duration,
+    start_to_close: Duration,
+    schedule_to_start: Duration,
+    schedule_to_close: Duration,
+    heartbeat_timeout: Duration,
+) -> ActivityOptions:
     if timeout is not None and start_to_close is not None:
         raise ValueError("pass start_to_close or timeout (its older name), not both")
     named = _ms(start_to_close if start_to_close is not None else timeout, "start_to_close")

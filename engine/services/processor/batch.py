@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from engine.codec import decode_history, encode_message, instance_key
+from engine.codec import decode_histories, encode_message, instance_key
 from engine.core.errors import TurnstileError
 from engine.core.failure import FailureDetails
 from engine.core.instance_row import InstanceRow
@@ -128,7 +128,7 @@ class Batch:
         execution = WorkflowExecution(
             self.env.registry, item.meta.instance_id, max_turn_events=self.env.turn_max_events
         )
-        execution.replay([decode_history(raw) for raw in rows])
+        execution.replay(decode_histories(rows))
         item.execution = execution
 
     def quarantined(self, instance_id: str) -> FailureDetails | None:
