@@ -147,6 +147,12 @@ def _kill(node: LocalKafka) -> None:
     wait_until(lambda: not node.status().running, 30, what="the killed broker to be gone")
 
 
+def _start(node: LocalKafka) -> None:
+    """Start a node again, with as long a wait as the cluster's first start: on a busy shared
+    machine a restarted node has taken over 90 s (the single broker's default) to be ready."""
+    node.start(timeout=240.0)
+
+
 def _cli(engine: RunningEngine, *args: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "engine", *args, "--bootstrap-servers", engine.bootstrap]
     argv += ["--namespace", engine.namespace]
@@ -171,13 +177,13 @@ def test_the_engine_rides_out_a_leader_kill_and_a_rolling_restart(tmp_path: Path
                 leader = _leader_counts(engine).most_common(1)[0][0]
                 node = cluster.nodes[leader - 1]
                 _fault(load, f"SIGKILL broker {leader}", pauses, lambda: _kill(node))
-                _fault(load, f"restart broker {leader}", pauses, node.start)
+                _fault(load, f"restart broker {leader}", pauses, lambda: _start(node))
                 wait_until(lambda: _in_sync(engine), 180, what="replicas back in sync")
                 for number, each in enumerate(cluster.nodes, start=1):
 
                     def restart(n: LocalKafka = each) -> None:
                         n.stop()
-                        n.start()
+                        _start(n)
 
                     _fault(load, f"rolling restart of broker {number}", pauses, restart)
                     wait_until(lambda: _in_sync(engine), 180, what="replicas back in sync")
