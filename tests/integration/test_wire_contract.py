@@ -191,3 +191,41 @@ def test_config_drift_is_fixed_only_when_asked(kafka_bootstrap: str, namespace: 
     code, report = _topics_cli("apply", *flags, "--fix-config")
     assert code == 0 and [d["key"] for d in report["altered"]] == ["retention.ms"]
     assert _topics_cli("check", *flags)[0] == 0
+
+
+def _max_message_bytes(admin: AdminClient, topics: list[str]) -> set[str]:
+    resources = [ConfigResource(ResourceType.TOPIC, name) for name in topics]
+    values = set()
+    for future in admin.describe_configs(resources).values():
+        values.add(future.result(timeout=TIMEOUT)["max.message.bytes"].value)
+    return values
+
+
+def test_topics_apply_keeps_max_message_bytes_in_step_with_max_record_bytes(
+    kafka_bootstrap: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every topic accepts the largest record the size limits allow (max_record_bytes plus
+    the batch framing); a raised max_record_bytes is reported as drift by ``topics check``
+    and set on every topic by ``topics apply --fix-config``."""
+    from engine.config.settings import load_settings
+    from engine.config.topics import topic_max_message_bytes
+
+    flags = ["--bootstrap-servers", kafka_bootstrap, "--namespace", namespace, "--partitions", "1"]
+    monkeypatch.delenv("TURNSTILE_MAX_RECORD_BYTES", raising=False)
+    assert _topics_cli("apply", *flags)[0] == 0
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    names = [f"{namespace}.{name}" for name in SPEC_TOPICS]
+    default = str(topic_max_message_bytes(load_settings(env={})))
+    assert _max_message_bytes(admin, names) == {default}
+
+    monkeypatch.setenv("TURNSTILE_MAX_RECORD_BYTES", "2000000")
+    raised = str(topic_max_message_bytes(load_settings(env={}, max_record_bytes=2_000_000)))
+    code, report = _topics_cli("check", *flags)
+    assert code == 1
+    drift = {(d["topic"], d["key"], d["expected"], d["actual"]) for d in report["drift"]}
+    assert drift == {(name, "max.message.bytes", raised, default) for name in names}
+    assert _topics_cli("apply", *flags)[0] == 1  # reported, not changed
+    code, report = _topics_cli("apply", *flags, "--fix-config")
+    assert code == 0 and {d["key"] for d in report["altered"]} == {"max.message.bytes"}
+    assert _max_message_bytes(admin, names) == {raised}
+    assert _topics_cli("check", *flags)[0] == 0

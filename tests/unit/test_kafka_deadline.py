@@ -4,6 +4,8 @@ TransactionalProducer reacts when a call passes its deadline (fake producers).""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 from typing import Any, NoReturn
 
@@ -12,6 +14,7 @@ from confluent_kafka import TopicPartition
 from test_kafka_io_errors import Factory, FakeProducer
 
 from engine.adapters.kafka_deadline import (
+    STUCK_EXIT_CODE,
     CallDeadlineExceeded,
     DeadlineCaller,
     close_within,
@@ -154,3 +157,32 @@ def test_a_shutdown_step_past_its_bound_ends_the_process() -> None:
     with ends_process_if_stuck("stopping slowly", 0.05, on_stuck=record):
         assert ended.wait(5.0)
     assert reasons == ["stopping slowly did not finish within 0s"]
+
+
+STUCK_SCRIPT = """
+import logging, threading
+from engine.adapters.kafka_deadline import DeadlineCaller, CallDeadlineExceeded
+logging.basicConfig(format="%(levelname)s %(message)s")
+caller = DeadlineCaller("processor processor-0", grace_s=0.0, max_abandoned=1)
+never = threading.Event()
+for _ in range(2):
+    try:
+        caller.call("send_offsets_to_transaction", 0.05, never.wait)
+    except CallDeadlineExceeded:
+        pass
+print("still running")
+"""
+
+
+def test_a_process_whose_calls_stay_stuck_ends_itself_with_status_75_naming_the_call() -> None:
+    """The real watchdog (no test hook): the supervisor sees exit status 75, the log says
+    which call on which client was stuck, and nothing after it runs."""
+    result = subprocess.run(
+        [sys.executable, "-c", STUCK_SCRIPT], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == STUCK_EXIT_CODE == 75, result.stderr
+    assert "still running" not in result.stdout
+    critical = [line for line in result.stderr.splitlines() if line.startswith("CRITICAL")]
+    assert len(critical) == 1, result.stderr
+    assert "send_offsets_to_transaction on processor processor-0 did not return" in critical[0]
+    assert "supervisor restarts it" in critical[0]

@@ -71,6 +71,20 @@ def test_desired_state_follows_settings() -> None:
     assert {t.config["min.insync.replicas"] for t in single} == {"1"}
 
 
+@pytest.mark.parametrize(
+    ("brokers", "replicas", "in_sync"), [(1, 1, "1"), (3, 3, "2"), (5, 3, "2")]
+)
+def test_an_automatic_replication_factor_follows_the_cluster(
+    brokers: int, replicas: int, in_sync: str
+) -> None:
+    """replication_factor = 0 (the default): 3 replicas with 2 in sync on a cluster of three
+    or more brokers, one replica on a development broker."""
+    automatic = dataclasses.replace(SETTINGS, replication_factor=0)
+    desired = desired_topics(SPEC, automatic, brokers=brokers)
+    assert {t.replication_factor for t in desired} == {replicas}
+    assert {t.config["min.insync.replicas"] for t in desired} == {in_sync}
+
+
 def test_matching_cluster_is_clean() -> None:
     desired = desired_topics(SPEC, SETTINGS)
     diff = diff_topics(desired, _as_cluster(desired))

@@ -141,7 +141,11 @@ def test_an_output_over_its_limit_fails_the_instance(env: TestEngine) -> None:
 def test_a_too_large_activity_result_fails_the_attempt_not_the_instance(env: TestEngine) -> None:
     env.start("remote", instance_id="r")
     env.run()
-    assert any(isinstance(e.body, TaskFailed) for e in env.history("r"))
+    failed = [e.body for e in env.history("r") if isinstance(e.body, TaskFailed)]
+    assert failed, env.history("r")
+    message = failed[0].failure.message
+    assert failed[0].failure.type == "PayloadTooLargeError", failed[0].failure
+    assert "the result of task" in message and "max_activity_result_bytes" in message, message
     state = env.get("r")
     assert state is not None and state.status is RuntimeStatus.COMPLETED
     assert state.output == "caught ActivityFailedError"
