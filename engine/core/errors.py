@@ -7,6 +7,69 @@ processor refused raises a :class:`CommandRefusedError` subclass (under
 raises :class:`CommandTimeoutError` (a :class:`WaitTimeoutError`). A refused
 ``ctx.publish`` raises :class:`PublishError`; a malformed trigger is a
 :class:`TriggerError` (a :class:`ConfigurationError`).
+
+The tree (``(also X)``: the class also derives from the builtin X, so ``except X`` still
+works where Python code expects it)::
+
+    TurnstileError
+    +-- ConfigurationError
+    |   +-- TriggerError
+    +-- RegistrationError
+    +-- NotRegisteredError
+    +-- WorkflowRuntimeError
+    |   +-- NonDeterminismError
+    |   +-- StepBudgetExceededError
+    |   +-- WorkflowTurnTimeoutError
+    |   +-- InstanceTurnError
+    +-- RecordHandlingError
+    +-- PayloadTooLargeError
+    +-- WorkflowFailure
+    |   +-- ActivityFailedError
+    |   +-- InlineStepFailedError
+    |   +-- ChildWorkflowFailedError
+    |   +-- WorkflowTimeoutError
+    |   +-- InstanceFailedError
+    |   +-- ApplicationError
+    +-- ActivityCancelledError
+    +-- ActivityTimeoutError (also TimeoutError)
+    +-- CodecError
+    |   +-- UnknownSchemaError
+    |   +-- MalformedRecordError
+    +-- InstanceError
+    |   +-- CommandRefusedError
+    |       +-- InstanceNotFoundError
+    |       +-- InstanceAlreadyExistsError
+    |       |   +-- WorkflowAlreadyRunningError
+    |       |   +-- WorkflowAlreadyRanError
+    |       +-- InstanceNotRunningError
+    |       +-- InstanceNotSuspendedError
+    |       +-- InstanceAlreadySuspendedError
+    |       +-- InstanceStillRunningError
+    |       +-- PendingEventsFullError
+    |       +-- NoConcurrencyLimitError
+    |       +-- ScheduleRefusedError
+    |       |   +-- ScheduleAlreadyExistsError
+    |       |   +-- ScheduleNotFoundError
+    |       |   +-- ScheduleDefinitionError
+    |       +-- InvalidResetPointError
+    |       +-- RerunTooLargeError
+    +-- ScheduleSpecError (also ValueError)
+    +-- WaitTimeoutError
+    |   +-- CommandTimeoutError
+    +-- BrokerError
+    |   +-- BrokerUnreachableError
+    |   +-- TopicDriftError
+    |   +-- BrokerRefusalError
+    +-- LocalKafkaError
+    +-- HistoryIntegrityError
+    +-- InvalidTagsError (also ValueError)
+    +-- InvalidPageTokenError (also ValueError)
+    +-- PublishError
+    +-- SchemaRegistryError
+
+The Kafka adapters add a few :class:`BrokerError` subclasses of their own (an aborted or
+fenced transaction, a rejected record, a call past its deadline) that the engine handles
+itself; they never reach workflow code.
 """
 
 from __future__ import annotations
@@ -169,6 +232,12 @@ class ActivityCancelledError(TurnstileError):
     a termination, the instance ended) or its heartbeat timed out: ``activity.heartbeat()``
     raises it, so a sync activity stops at its next heartbeat. Let it propagate (clean up
     in ``finally``); the worker records the attempt as cancelled, not failed."""
+
+
+class ActivityTimeoutError(TurnstileError, TimeoutError):
+    """A sync activity ran past its start-to-close timeout: the worker abandoned its thread
+    (or killed its process, with ``--executor process``) and failed the attempt, retryably,
+    so the retry policy decides what happens next."""
 
 
 # --- codec --------------------------------------------------------------------------------

@@ -25,10 +25,9 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from engine.core.activity_info import ActivityContext, AttemptControl, activity_scope
-from engine.core.errors import CodecError
+from engine.core.errors import ActivityTimeoutError, CodecError
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.payloads import Payload, to_payload
-from engine.services.activity_threads import ActivityTimeoutError
 
 __all__ = ["Encoded", "ProcessExecutor"]
 

@@ -20,13 +20,11 @@ from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
+from engine.core.errors import ActivityTimeoutError
+
 log = logging.getLogger("engine.worker")
 
 Job = tuple[int, Future[Any], Callable[[], Any]]
-
-
-class ActivityTimeoutError(TimeoutError):
-    """A sync activity ran past its start-to-close timeout; it was abandoned."""
 
 
 class AbandoningThreads:

@@ -6,9 +6,10 @@ import threading
 
 import pytest
 
+from engine.core.errors import ActivityTimeoutError
 from engine.core.messages import ActivityTask
 from engine.core.payloads import Payload, describe_payload
-from engine.services.activity_threads import AbandoningThreads, ActivityTimeoutError
+from engine.services.activity_threads import AbandoningThreads
 from engine.services.activity_timeouts import not_startable, run_timeout_s
 
 
