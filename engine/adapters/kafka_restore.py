@@ -43,7 +43,9 @@ __all__ = ["RestoreInterrupted", "RestoreReport", "RestoreTable", "restore_table
 
 log = logging.getLogger("engine.processor")
 
-_APPLY_EVERY = 50_000
+#: Staged records per changelog partition before they go to its table in one batch: every
+#: changelog partition of an assignment stages at once, so this bounds the restore's memory.
+_APPLY_EVERY = 10_000
 #: Records one consume() call may return: large, so the per-call cost is spread thin.
 _CONSUME_MAX = 10_000
 _POLL_S = 0.05
