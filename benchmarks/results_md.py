@@ -33,6 +33,10 @@ HEADERS = {
     "restore": "| date (UTC) | commit | machine | params | records | restore s "
     "| instances/s | records/s | slowest partition s |\n"
     "|---|---|---|---|---:|---:|---:|---:|---:|",
+    "restore-replica": "| date (UTC) | commit | machine | load avg (1/5/15 min) | params "
+    "| records | restore s | instances/s | CPU s: replica / broker / machine "
+    "| RSS MiB: restored / full cache / after 2x budget | cached | KiB per cached instance |\n"
+    "|---|---|---|---|---|---:|---:|---:|---|---|---:|---:|",
     "restart": "| date (UTC) | commit | machine | static membership | params "
     "| restart-to-first-turn s (median) | max s | process up s | partitions restored s "
     "| clean-stop handover s |\n"
@@ -197,20 +201,28 @@ def _best(workload: dict[str, Any], name: str) -> str:
 
 
 def add_restore(result: dict[str, Any]) -> None:
+    cpu = result["cpu_s"]
+    cache = result["cache"]
+    rss = result["rss_mib"]
+    restored = rss["restored"]
+    per_instance = (cache["rss_full_mib"] - restored) * 1024 / max(cache["cached"], 1)
     row = _row(
         [
             _date(result),
             result["commit"],
             machine_line(result["host"]),
-            _params(result["params"], ("instances", "partitions", "workflow")),
+            " / ".join(str(x) for x in result["load_avg"]),
+            _params(result["params"], ("instances", "partitions", "stepped", "cache_instances")),
             result["records"],
             result["restore_s"],
             result["instances_per_s"],
-            result["records_per_s"],
-            result["slowest_partition_s"],
+            f"{result['replica_cpu_s']} / {cpu.get('broker', '-')} / {cpu.get('machine', '-')}",
+            f"{restored} / {cache['rss_full_mib']} / {cache['rss_after_twice_mib']}",
+            cache["cached"],
+            round(per_instance, 2),
         ]
     )
-    append_row("restore", row)
+    append_row("restore-replica", row)
 
 
 def add_peers(peers: list[dict[str, Any]], host: dict[str, Any]) -> None:

@@ -81,6 +81,7 @@ from engine.services.processor.protocol import (
     SystemClock,
     poll_wait_s,
 )
+from engine.services.processor.state import partition_cache_capacity
 from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
 from engine.services.records import RawRecord
 from engine.services.tracing import NoTracing, TraceHook
@@ -163,7 +164,7 @@ class ProcessorRunner:
             retention_ms=settings.retention_ms,
             park_workflow_errors=settings.park_workflow_errors,
             # the cache budget is per replica; each partition gets its share
-            cache_capacity=max(100, settings.cache_instances // max(1, settings.partitions)),
+            cache_capacity=partition_cache_capacity(settings.cache_instances, settings.partitions),
             limits=settings.limits,
             watchdog=TurnWatchdog(settings.turn_budget_ms),
             turn_max_events=settings.turn_max_events,

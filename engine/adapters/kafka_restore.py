@@ -43,7 +43,11 @@ __all__ = ["RestoreInterrupted", "RestoreReport", "RestoreTable", "restore_table
 
 log = logging.getLogger("engine.processor")
 
-_APPLY_EVERY = 50_000
+#: Staged records per changelog partition before they go to its table in one batch: every
+#: changelog partition of an assignment stages at once, so this bounds the restore's memory.
+_APPLY_EVERY = 10_000
+#: Records one consume() call may return: large, so the per-call cost is spread thin.
+_CONSUME_MAX = 10_000
 _POLL_S = 0.05
 _WAIT_LOG_EVERY_S = 5.0
 
@@ -168,8 +172,7 @@ def _read_to_end(
             raise RestoreInterrupted(
                 f"stopped while restoring {', '.join(sorted(c.label for c in open_.values()))}"
             )
-        for message in consumer.consume(5000, _POLL_S):
-            _take(message, open_, report)
+        _take_all(consumer.consume(_CONSUME_MAX, _POLL_S), open_, report)
         now = time.monotonic()
         for changelog in open_.values():
             _note_wait(changelog, now)
@@ -182,21 +185,48 @@ def _read_to_end(
         _flush(changelog)
 
 
-def _take(
+def _take_all(
+    messages: list[Message], open_: dict[tuple[str, int], _Changelog], report: RestoreReport
+) -> None:
+    """Stage one consumed batch in the tables' pending writes.
+
+    This loop runs once per changelog record (a restore reads millions), so it does as
+    little as it can per record: the value is kept as the bytes it arrived as (a restore
+    copies rows, it never decodes them), and since a fetch returns runs of records of one
+    changelog partition, the partition is looked up once per run rather than per record.
+    """
+    current: _Changelog | None = None
+    pending: dict[bytes, bytes | None] = {}
+    for message in messages:
+        if message.error() is not None:
+            current = None
+            _take_event(message, open_, report)
+            continue
+        partition = message.partition()
+        topic = message.topic()
+        if current is None or partition != current.partition or topic != current.topic:
+            current = open_.get((topic or "", partition or 0))
+            if current is None:
+                continue
+            pending = current.pending
+        pending[message.key() or b""] = message.value()
+        current.last = message.offset() or 0
+        current.records += 1
+        if len(pending) >= _APPLY_EVERY:
+            _flush(current)
+            pending = current.pending
+
+
+def _take_event(
     message: Message, open_: dict[tuple[str, int], _Changelog], report: RestoreReport
 ) -> None:
+    """A consumer event: the end of a changelog partition (or an error to raise)."""
     key = (message.topic() or "", message.partition() or 0)
     changelog = open_.get(key)
     if changelog is None:
         return
     error = message.error()
-    if error is None:
-        changelog.pending[message.key() or b""] = message.value()
-        changelog.last = message.offset() or 0
-        changelog.records += 1
-        if len(changelog.pending) >= _APPLY_EVERY:
-            _flush(changelog)
-        return
+    assert error is not None
     if error.code() != KafkaError._PARTITION_EOF:
         raise TurnstileError(f"restoring {changelog.label}: {error}")
     reached = message.offset() or 0

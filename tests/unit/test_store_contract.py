@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.adapters.rocks_store import RocksPartitionStore
+from engine.adapters.rocks_store import MEMTABLE_BYTES, RocksPartitionStore
 from engine.services.processor.memory_store import MemoryPartitionStore
 from engine.services.processor.ports import PartitionStore
 
@@ -108,3 +108,15 @@ def test_the_store_behaves_like_a_sorted_dict(
             assert all(store.get(k) == v for k, v in model.items())
         finally:
             store.close()
+
+
+def test_rocksdb_rows_written_past_its_memtables_survive_a_reopen(tmp_path: Path) -> None:
+    first = RocksPartitionStore(tmp_path / "db")
+    value = bytes(4096)
+    rows = (MEMTABLE_BYTES * 3 // 2) // len(value)  # more than a memtable holds: a flush
+    for start in range(0, rows, 1000):
+        first.write({b"k%08d" % i: value for i in range(start, min(start + 1000, rows))})
+    first.close()
+    again = RocksPartitionStore(tmp_path / "db")
+    assert [k for k, _ in again.scan(b"k", b"l")] == [b"k%08d" % i for i in range(rows)]
+    again.close()

@@ -194,8 +194,21 @@ class Loaded:
     open_attempts: dict[int, OpenAttempt] | None = None
 
 
+def partition_cache_capacity(budget: int, partitions: int) -> int:
+    """One partition's share of a replica's cache budget (setting ``cache_instances``).
+
+    The budget is split evenly over the topic's partitions, so a replica that owns every
+    partition caches at most ``budget`` instances in all (at least one per partition).
+    """
+    return max(1, budget // max(1, partitions))
+
+
 class InstanceCache:
-    """Hot instances kept in memory (LRU), so a turn does not replay history every time."""
+    """Hot instances kept in memory (LRU), so a turn does not replay history every time.
+
+    ``capacity`` bounds it: putting one more instance into a full cache evicts the least
+    recently used one (it is rebuilt from its rows when it is needed again).
+    """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
