@@ -44,6 +44,7 @@ from engine.services.outcomes import OutcomeWaiters
 from engine.services.processor.memory_store import MemoryPartitionStore
 from engine.services.processor.partition import Environment, PartitionProcessor
 from engine.services.processor.protocol import BatchMetrics, NoMetrics, Step
+from engine.services.processor.state import partition_cache_capacity
 from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
 from engine.services.records import RawRecord
 from engine.services.schedule_client import ScheduleClient, ScheduleMethods
@@ -151,7 +152,7 @@ class TestEngine(ScheduleMethods):
             dedup_window_ms=base.dedup_window_ms,
             retention_ms=base.retention_ms,
             park_workflow_errors=base.park_workflow_errors,
-            cache_capacity=max(100, base.cache_instances // partitions),
+            cache_capacity=partition_cache_capacity(base.cache_instances, partitions),
             limits=base.limits,
             watchdog=TurnWatchdog(base.turn_budget_ms),
             turn_max_events=base.turn_max_events,
