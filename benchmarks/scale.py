@@ -44,6 +44,7 @@ import harness
 from common import emit, git_commit, host_info, median, progress
 
 from engine.client import Client
+from engine.core.errors import BrokerError
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,35 @@ def engine(
 # --- one round of one layout ----------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def open_client(se: ScaleEngine, attempts: int = 10) -> Iterator[Client]:
+    """A client for the layout's namespace. Right after the topics were created a busy
+    broker may not have elected their leaders yet (the client's first offsets read then
+    fails with NOT_LEADER_FOR_PARTITION), so the first reads are retried for a while."""
+    for attempt in range(attempts):
+        try:
+            client = Client(settings=se.eng.settings, timeout=60)
+            break
+        except BrokerError as exc:
+            if attempt == attempts - 1:
+                raise
+            progress(f"client not ready yet ({str(exc).splitlines()[0][:120]}); retrying")
+            time.sleep(2.0)
+    with client:
+        yield client
+
+
+def warm_up_broker(broker: harness.Broker, params: Params) -> None:
+    """Unrecorded chain3.inline traffic through a fresh broker first (its JIT warms up; see
+    ``chain3.warm_up_broker``)."""
+    cparams = chain3.Params(variant="inline")
+    progress("warming up the broker (2 x 1000 + 100 chain3.inline, not recorded)")
+    with engine(broker, "inline", BASELINE, params) as se, open_client(se) as client:
+        for _ in range(2):
+            chain3.throughput_run(client, se.eng, cparams, 1000, "broker-warmup")
+        chain3.latency_run(client, se.eng, cparams, 100, "broker-warmup")
+
+
 def cpu_ms(record: dict[str, Any]) -> dict[str, float]:
     """CPU ms per workflow by process, with the replicas also summed as ``processors``."""
     cpu = dict(record["cpu_ms_per_workflow"])
@@ -238,10 +268,7 @@ def measure_once(
     cparams = chain3.Params(
         variant=variant, n_throughput=params.n_throughput, n_latency=params.n_latency
     )
-    with (
-        engine(broker, variant, layout, params) as se,
-        Client(settings=se.eng.settings, timeout=60) as client,
-    ):
+    with engine(broker, variant, layout, params) as se, open_client(se) as client:
         chain3.throughput_run(client, se.eng, cparams, params.warmup, "warmup")
         chain3.latency_run(client, se.eng, cparams, min(params.warmup, 50), "warmup")
         before = se.scrape_all()
@@ -369,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with harness.kafka(args.bootstrap_servers) as broker:
         if broker.pid is not None:
-            chain3.warm_up_broker(broker, 8)
+            warm_up_broker(broker, params_from(args))
         result = run(broker, params_from(args), variants)
     if not args.no_results_md:
         results_md.add_scale(result)
