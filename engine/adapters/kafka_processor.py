@@ -440,7 +440,10 @@ class ProcessorRunner:
         self._observe(Step.APPLY, t, sum(len(b.changes) for b in batches.values()))
 
     def _end_batches(self, now_ms: int) -> dict[int, Batch]:
-        batches = {p: pp.end_batch(now_ms) for p, pp in self.partitions.items()}
+        """Close the batches of the partitions this batch touched. The others keep their
+        empty batch open: ending and committing it would cost the same for each of them on
+        every batch, so a replica with many partitions would pay per partition, not per record."""
+        batches = {p: pp.end_batch(now_ms) for p, pp in self.partitions.items() if pp.has_work}
         for batch in batches.values():
             self.progress.add(batch.counters)
         return batches
