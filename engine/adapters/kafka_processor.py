@@ -99,6 +99,9 @@ PROCESSOR_CONSUMER = {
     "heartbeat.interval.ms": 1_000,
 }
 
+#: The processor producer's longest retry backoff (ms): see ``_new_producer``.
+PRODUCER_RETRY_BACKOFF_MAX_MS = 20
+
 #: The longest one poll blocks when no timer is due sooner: the loop looks at its stop
 #: flag between polls, so this bounds how long a stop request waits.
 MAX_POLL_WAIT_S = 0.5
@@ -213,7 +216,15 @@ class ProcessorRunner:
             self.settings.bootstrap_servers, self._client_id, transaction_timeout_ms=10_000
         )
         config.update(
-            {"linger.ms": 1, "message.max.bytes": topic_max_message_bytes(self.settings)}
+            {
+                "linger.ms": 1,
+                "message.max.bytes": topic_max_message_bytes(self.settings),
+                # The retries of "concurrent transactions" (the coordinator still writing
+                # the last commit's markers, one per partition it touched) back off
+                # exponentially from retry.backoff.ms up to this; at librdkafka's 1000 ms
+                # the offsets step of a transaction over 32 partitions waited ~270 ms.
+                "retry.backoff.max.ms": PRODUCER_RETRY_BACKOFF_MAX_MS,
+            }
             | self.settings.extra_kafka
         )
         return TransactionalProducer(config, self._client_id)
