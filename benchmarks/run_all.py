@@ -170,6 +170,12 @@ def summary(out: dict[str, Any], peer_outcome: dict[str, Any] | None) -> dict[st
     if "restore" in out:
         r = out["restore"]
         lines["restore"] = {k: r[k] for k in ("restore_s", "instances_per_s", "records_per_s")}
+    if "scale" in out:
+        lines["scale"] = [
+            {k: r[k] for k in ("variant", "layout", "ratio_wf_s", "ratio_p50")}
+            | {"workflows_per_s": r["median"]["workflows_per_s"]}
+            for r in out["scale"]["rows"]
+        ]
     if peer_outcome is not None:
         lines["peers"] = {k: v.get("median") for k, v in peer_results.items()}
         lines["peers_failed"] = peer_outcome["failed"]
