@@ -151,9 +151,10 @@ def spawn(
     work_dir: Path,
     extra: list[str] | None = None,
     cpu: int | None = None,
+    replica_id: str = "processor-0",
 ) -> EngineProcess:
     """Start ``python -m engine run <role>`` for the settings' namespace; optionally pinned
-    to one CPU."""
+    to one CPU. A processor runs as ``replica_id`` (a second replica needs another id)."""
     command = [
         PYTHON, "-m", "engine", "run", role,
         "--module", module,
@@ -164,11 +165,12 @@ def spawn(
     ]  # fmt: skip
     if role == "processor":
         command += [
-            "--replica-id", "processor-0",
+            "--replica-id", replica_id,
             "--state-dir", str(work_dir / "state"),
             "--partitions", str(settings.partitions),
         ]  # fmt: skip
-    log_path = work_dir / f"{role}.log"
+    name = role if replica_id == "processor-0" else replica_id
+    log_path = work_dir / f"{name}.log"
     log = log_path.open("wb")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     popen = subprocess.Popen(

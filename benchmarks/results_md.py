@@ -41,6 +41,11 @@ HEADERS = {
     "| restart-to-first-turn s (median) | max s | process up s | partitions restored s "
     "| clean-stop handover s |\n"
     "|---|---|---|---|---|---:|---:|---:|---:|---:|",
+    "scale": "| date (UTC) | commit | machine | load avg | variant | partitions x replicas "
+    "| params | wf/s | ratio wf/s | p50 ms | ratio p50 "
+    "| CPU ms/wf (tp): processors / worker / broker / client | tx/s | records in/tx "
+    "| records out/tx | ms/tx: step / produce / offsets / commit |\n"
+    "|---|---|---|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|",
     "peers": "| date (UTC) | machine | peer / variant | wf/s | act/s | p50 ms | p99 ms |\n"
     "|---|---|---|---:|---:|---:|---:|",
 }
@@ -240,3 +245,33 @@ def add_peers(peers: list[dict[str, Any]], host: dict[str, Any]) -> None:
             ]
         )
         append_row("peers", row)
+
+
+def add_scale(result: dict[str, Any]) -> None:
+    """One row per (variant, layout); ratios are to 8 partitions x 1 replica, same run."""
+    params = _params(result["params"], ("rounds", "n_throughput", "n_latency", "warmup", "pin"))
+    for entry in result["rows"]:
+        med = entry["median"]
+        cpu = med["cpu_ms_per_workflow_throughput"]
+        phases = ("step", "produce", "offsets", "commit")
+        row = _row(
+            [
+                _date(result),
+                result["commit"],
+                machine_line(result["host"]),
+                result["load_average"],
+                entry["variant"],
+                f"{entry['partitions']} x {entry['replicas']}",
+                params,
+                med["workflows_per_s"],
+                f"{entry['ratio_wf_s']:.2f}x",
+                med["p50_ms"],
+                f"{entry['ratio_p50']:.2f}x",
+                _cpu_cell(cpu, ("processors", "worker", "broker", "client")),
+                med["transactions_per_s"],
+                med["records_in_per_tx"],
+                med["records_out_per_tx"],
+                " / ".join(str(med[f"{p}_ms_per_tx"]) for p in phases),
+            ]
+        )
+        append_row("scale", row)

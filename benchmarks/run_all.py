@@ -1,5 +1,5 @@
 """Every benchmark in one command: chain3 (inline, activities), fan-out, replay, restore,
-restart.
+restart, scale.
 
     .venv/bin/python benchmarks/run_all.py            # full sizes, appends to RESULTS.md
     .venv/bin/python benchmarks/run_all.py --peers    # also Restate and DBOS, for ratios
@@ -33,9 +33,10 @@ import replay
 import restart
 import restore
 import results_md
+import scale
 from common import emit, git_commit, host_info, progress
 
-BENCHMARKS = ("chain3", "fanout", "replay", "restore", "restart")
+BENCHMARKS = ("chain3", "fanout", "replay", "restore", "restart", "scale")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -71,6 +72,14 @@ def fanout_params(args: argparse.Namespace) -> fanout.Params:
 def restore_params(args: argparse.Namespace) -> restore.Params:
     default = 10_000 if args.quick else 100_000
     return restore.Params(args.restore_instances or default, args.partitions)
+
+
+def run_scale(args: argparse.Namespace, broker: harness.Broker) -> dict[str, Any]:
+    """chain3 at 8 and 32 partitions, one and two replicas (benchmarks/scale.py)."""
+    params = scale.Params(pin=args.pin)
+    if args.quick:
+        params = replace(params, rounds=1, n_throughput=200, n_latency=30, warmup=20)
+    return scale.run(broker, params, list(chain3.WORKFLOWS))
 
 
 def attempt(name: str, fn: Callable[[], Any], failures: list[str]) -> Any:
@@ -113,6 +122,10 @@ def run_kafka_benchmarks(
             result = attempt("restart", lambda: restart.run(broker, params), failures)
             if result is not None:
                 out["restart"] = result
+        if "scale" in wanted:
+            result = attempt("scale", lambda: run_scale(args, broker), failures)
+            if result is not None:
+                out["scale"] = result
     return out
 
 
@@ -134,6 +147,8 @@ def write_results_md(out: dict[str, Any], peer_results: dict[str, Any]) -> None:
         results_md.add_restore(out["restore"])
     for result in out.get("restart", []):
         results_md.add_restart(result)
+    if "scale" in out:
+        results_md.add_scale(out["scale"])
     if peer_results:
         results_md.add_peers(list(peer_results.values()), host_info())
     progress(f"rows appended to {results_md.PATH}")
@@ -155,6 +170,12 @@ def summary(out: dict[str, Any], peer_outcome: dict[str, Any] | None) -> dict[st
     if "restore" in out:
         r = out["restore"]
         lines["restore"] = {k: r[k] for k in ("restore_s", "instances_per_s", "records_per_s")}
+    if "scale" in out:
+        lines["scale"] = [
+            {k: r[k] for k in ("variant", "layout", "ratio_wf_s", "ratio_p50")}
+            | {"workflows_per_s": r["median"]["workflows_per_s"]}
+            for r in out["scale"]["rows"]
+        ]
     if peer_outcome is not None:
         lines["peers"] = {k: v.get("median") for k, v in peer_results.items()}
         lines["peers_failed"] = peer_outcome["failed"]

@@ -100,6 +100,9 @@ PROCESSOR_CONSUMER = {
     "heartbeat.interval.ms": 1_000,
 }
 
+#: The processor producer's longest retry backoff (ms): see ``_new_producer``.
+PRODUCER_RETRY_BACKOFF_MAX_MS = 20
+
 #: The longest one poll blocks when no timer is due sooner: the loop looks at its stop
 #: flag between polls, so this bounds how long a stop request waits.
 MAX_POLL_WAIT_S = 0.5
@@ -214,7 +217,15 @@ class ProcessorRunner:
             self.settings.bootstrap_servers, self._client_id, transaction_timeout_ms=10_000
         )
         config.update(
-            {"linger.ms": 1, "message.max.bytes": topic_max_message_bytes(self.settings)}
+            {
+                "linger.ms": 1,
+                "message.max.bytes": topic_max_message_bytes(self.settings),
+                # The retries of "concurrent transactions" (the coordinator still writing
+                # the last commit's markers, one per partition it touched) back off
+                # exponentially from retry.backoff.ms up to this; at librdkafka's 1000 ms
+                # the offsets step of a transaction over 32 partitions waited ~270 ms.
+                "retry.backoff.max.ms": PRODUCER_RETRY_BACKOFF_MAX_MS,
+            }
             | self.settings.extra_kafka
         )
         return TransactionalProducer(config, self._client_id)
@@ -441,7 +452,10 @@ class ProcessorRunner:
         self._observe(Step.APPLY, t, sum(len(b.changes) for b in batches.values()))
 
     def _end_batches(self, now_ms: int) -> dict[int, Batch]:
-        batches = {p: pp.end_batch(now_ms) for p, pp in self.partitions.items()}
+        """Close the batches of the partitions this batch touched. The others keep their
+        empty batch open: ending and committing it would cost the same for each of them on
+        every batch, so a replica with many partitions would pay per partition, not per record."""
+        batches = {p: pp.end_batch(now_ms) for p, pp in self.partitions.items() if pp.has_work}
         for batch in batches.values():
             self.progress.add(batch.counters)
         return batches

@@ -78,6 +78,12 @@ class PartitionProcessor:
         """The batch in progress (read it; only the state machine writes it)."""
         return self._batch
 
+    @property
+    def has_work(self) -> bool:
+        """Whether the batch in progress holds anything to end and commit (a record, a
+        fired timer, a table change); a loop may leave a batch without work open."""
+        return not self._batch.empty or bool(self.tables.overlay)
+
     # --- input ----------------------------------------------------------------------------
 
     def accept(self, record: RawRecord, now_ms: int) -> None:

@@ -24,6 +24,12 @@ class Tables:
         self.partition = partition
         self.store = store
         self.overlay: dict[bytes, bytes | None] = {}
+        #: The earliest timer's fire time, remembered between writes to the timer table:
+        #: the loop asks every owned partition for it before every poll and again to fire
+        #: due timers, and with many partitions per replica those store scans were a fixed
+        #: cost of every batch (not known again until the next read after a timer write).
+        self._next_timer: int | None = None
+        self._next_timer_known = False
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -55,6 +61,9 @@ class Tables:
         return [value for _, value in self.scan(start, end)]
 
     def due_timers(self, now_ms: int, limit: int = 1000) -> list[keys.TimerKey]:
+        earliest = self.next_timer_ms()
+        if earliest is None or earliest > now_ms:
+            return []  # the common case, answered without a scan
         start = keys.TIMER
         end = keys.timer_key(keys.TimerKey(now_ms + 1, "", 0, -(2**31)))
         out: list[keys.TimerKey] = []
@@ -66,6 +75,12 @@ class Tables:
 
     def next_timer_ms(self) -> int | None:
         """Fire time of the earliest timer (committed or written in this batch), if any."""
+        if not self._next_timer_known:
+            self._next_timer = self._scan_next_timer()
+            self._next_timer_known = True
+        return self._next_timer
+
+    def _scan_next_timer(self) -> int | None:
         end = keys.TIMER[:-1] + bytes([keys.TIMER[0] + 1])
         for raw, _ in self.scan(keys.TIMER, end):
             return keys.parse_timer_key(raw).fire_at_ms
@@ -74,6 +89,8 @@ class Tables:
     # --- writes ---------------------------------------------------------------------------
 
     def put(self, key: bytes, value: bytes | None) -> None:
+        if key.startswith(keys.TIMER):
+            self._next_timer_known = False
         self.overlay[key] = value
 
     def put_meta(self, meta: InstanceRow) -> None:
@@ -87,9 +104,11 @@ class Tables:
             self.overlay[keys.history_key(instance_id, seq)] = None
 
     def put_timer(self, key: keys.TimerKey) -> None:
+        self._next_timer_known = False
         self.overlay[keys.timer_key(key)] = b""
 
     def delete_timer(self, key: keys.TimerKey) -> None:
+        self._next_timer_known = False
         self.overlay[keys.timer_key(key)] = None
 
     def timers_of(self, instance_id: str) -> list[keys.TimerKey]:
@@ -104,11 +123,14 @@ class Tables:
     # --- batch end ------------------------------------------------------------------------
 
     def take_changes(self) -> dict[bytes, bytes | None]:
+        # between here and apply() the changes are in neither the overlay nor the store
+        self._next_timer_known = False
         changes, self.overlay = self.overlay, {}
         return changes
 
     def apply(self, changes: dict[bytes, bytes | None], offsets: dict[str, int]) -> None:
         """Write committed changes plus the changelog offsets they reached, atomically."""
+        self._next_timer_known = False
         batch = dict(changes)
         for name, offset in offsets.items():
             batch[keys.offset_key(name)] = str(offset).encode()
@@ -120,4 +142,5 @@ class Tables:
         return None if raw is None else int(raw)
 
     def drop_overlay(self) -> None:
+        self._next_timer_known = False
         self.overlay = {}
