@@ -129,7 +129,16 @@ def test_a_broker_outage_of_a_minute_is_ridden_out_by_every_engine_process(
             time.sleep(60.0)
             assert all(p.alive for p in _processes(engine)), engine.logs()
             assert bootstrap == broker.start(timeout=120.0)
-            _load(engine, 2000, 100, expected)
+            back = time.monotonic()
+            probe: dict[str, int] = {}
+            _load(engine, 2000, 1, probe)
+            engine.wait_for_completion(next(iter(probe)), 240)
+            # How soon work resumes is measured, not asserted (a shared machine's timings):
+            # benchmarks/RESULTS.md "cluster faults" records it.
+            resumed = time.monotonic() - back
+            print(f"\nfirst workflow done {resumed:.2f} s after the broker was back")
+            expected.update(probe)
+            _load(engine, 2001, 99, expected)
             _check_all_once(engine, expected)
     finally:
         broker.stop()
