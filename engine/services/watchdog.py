@@ -71,15 +71,21 @@ def _thread_cpu_clock(ident: int) -> Callable[[], float]:
 
 
 class _Turn:
+    """One armed call. Its thread's CPU clock is found and first read by the watchdog, at
+    the first tick that sees the turn, not when the turn starts: both are system calls, and
+    they would sit on every turn's path for a check that almost never fires. The budget so
+    counts from that first tick, at most one tick late. (The thread is alive while its turn
+    is armed: it is the one running it.)"""
+
     __slots__ = ("budget_s", "clock", "cpu0", "fired", "ident", "wall0", "what")
 
-    def __init__(self, ident: int, clock: Callable[[], float], what: str, budget_s: float) -> None:
+    def __init__(self, ident: int, what: str, budget_s: float) -> None:
         self.ident = ident
         self.budget_s = budget_s
-        self.clock = clock
         self.what = what
         self.fired = 0
-        self.cpu0 = clock()
+        self.clock: Callable[[], float] | None = None
+        self.cpu0 = 0.0
         self.wall0 = time.monotonic()
 
 
@@ -127,7 +133,7 @@ class TurnWatchdog:
         ident = threading.get_ident()
         if self._thread is None:
             self._start()
-        turn = _Turn(ident, _thread_cpu_clock(ident), what, budget_s)
+        turn = _Turn(ident, what, budget_s)
         self._armed = turn
         return turn
 
@@ -155,6 +161,10 @@ class TurnWatchdog:
         if time.monotonic() - turn.wall0 >= turn.budget_s * WALL_FACTOR:
             return True
         try:
+            if turn.clock is None:
+                turn.clock = _thread_cpu_clock(turn.ident)
+                turn.cpu0 = turn.clock()
+                return False
             return turn.clock() - turn.cpu0 >= turn.budget_s
         except OSError:  # the thread ended meanwhile
             return False
