@@ -1,12 +1,18 @@
-"""The peers (Restate, DBOS) on the same machine in the same session, for ratios.
+"""The peers (Restate, DBOS, Temporal) on the same machine in the same session, for ratios.
 
 The machine is shared and noisy, so an absolute number from another day says little; a
-ratio to a peer measured minutes apart on the same machine says more. This runs the peers'
-own ``run_all.sh`` (it installs what it needs under ``PEERS_TMP`` and stops its servers at
-the end; it never runs at the same time as the engine's benchmarks), reads their result
-files and computes our chain3 numbers as ratios to theirs.
+ratio to a peer measured minutes apart on the same machine says more. This runs each peer's
+own ``run.sh`` from ``../shared/peers`` one after the other (each installs what it needs
+under ``PEERS_TMP`` and stops its servers at the end; none runs at the same time as the
+engine's benchmarks), then the peers' ``summarize.py``, reads their result files and computes
+our chain3 numbers as ratios to theirs, with issue 18's targets marked met or not met.
 
-    .venv/bin/python benchmarks/peers.py [--peers-tmp DIR] [--quick]
+Temporal's two activity variants run at about 10 workflows/s, so at the peers' full sizes
+(1000 + 200, three times) they alone take over 15 minutes; they get smaller counts through
+the peers' own knobs (``TEMPORAL_SIZES``: ``N_THROUGHPUT``, ``N_LATENCY``) unless
+``--temporal-full`` is given. The sizes each result ran with are in its ``params``.
+
+    .venv/bin/python benchmarks/peers.py [--peers-tmp DIR] [--quick] [--temporal-full]
 """
 
 from __future__ import annotations
@@ -16,16 +22,73 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from common import PEERS_DIR, emit, progress
 
 DEFAULT_TMP = Path(os.environ.get("TURNSTILE_PEERS_TMP", "/tmp/turnstile-bench-peers"))
-#: The peer result each of our chain3 variants is compared with (file stem in results/).
-BASELINE = {"inline": "restate-workflow", "activities": "restate-workflow"}
-EXPECTED = ("restate-workflow", "dbos-start_workflow")
+#: The peers in the order ``run_all.sh`` runs them.
+PEERS = ("restate", "dbos", "temporal")
+#: The peer results each of our chain3 variants is compared with (file stems in results/),
+#: the first being the baseline of the RESULTS.md row: inline steps against the peers' inline
+#: steps (Restate ``ctx.run``, DBOS steps, Temporal local activities); activities against
+#: Restate and Temporal's activities, through matching (``-noeager``, what a broker topic to
+#: workers is) and eagerly dispatched (its default).
+COMPARED = {
+    "inline": ("restate-workflow", "dbos-start_workflow", "temporal-local"),
+    "activities": ("restate-workflow", "temporal-activities-noeager", "temporal-activities"),
+}
+BASELINE = {variant: stems[0] for variant, stems in COMPARED.items()}
+EXPECTED = (
+    "restate-workflow",
+    "dbos-start_workflow",
+    "temporal-local",
+    "temporal-activities",
+    "temporal-activities-noeager",
+)
 QUICK_ENV = {"N_THROUGHPUT": "200", "N_LATENCY": "50", "REPEATS": "1", "N_WARMUP": "20"}
+#: Temporal's sizes in a full run (all three variants share one ``run.sh``): half the
+#: throughput count and half the latency count keep its ~10 workflows/s variants to about
+#: 4 minutes each, so a whole ``run_all.py --peers`` stays within about 40 minutes.
+TEMPORAL_SIZES = {"N_THROUGHPUT": "500", "N_LATENCY": "100"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of issue 18's targets: our ``variant``'s ``metric`` over ``peer``'s, within
+    ``bound`` (at least it for throughput, at most it for latency)."""
+
+    variant: str
+    metric: str
+    peer: str
+    bound: float
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric == "workflows_per_s"
+
+    @property
+    def label(self) -> str:
+        op = ">=" if self.higher_is_better else "<="
+        name = "wf/s" if self.higher_is_better else "p50"
+        return f"{name} {op} {self.bound:g}x {self.peer}"
+
+    def verdict(self, ratio: float | None) -> str:
+        if ratio is None:
+            return "n/a (peer did not run)"
+        met = ratio >= self.bound if self.higher_is_better else ratio <= self.bound
+        return "met" if met else "not met"
+
+
+TARGETS = (
+    Target("activities", "workflows_per_s", "restate-workflow", 3.0),
+    Target("activities", "workflows_per_s", "temporal-activities", 30.0),
+    Target("activities", "p50_ms", "restate-workflow", 2.0),
+    Target("inline", "workflows_per_s", "restate-workflow", 8.0),
+    Target("inline", "p50_ms", "restate-workflow", 0.7),
+)
 
 
 def _clear_results(results: Path) -> None:
@@ -35,25 +98,50 @@ def _clear_results(results: Path) -> None:
         stale.unlink()
 
 
-def run_peers(peers_tmp: Path = DEFAULT_TMP, quick: bool = False) -> dict[str, Any]:
-    """Run every peer; returns their results by file stem and what failed."""
-    script = PEERS_DIR / "run_all.sh"
-    if not script.is_file():
-        return {"results": {}, "failed": [f"{script} not found"]}
-    results_dir = peers_tmp / "results"
-    _clear_results(results_dir)
-    env = {**os.environ, "PEERS_TMP": str(peers_tmp), "RESULTS_DIR": str(results_dir)}
+def peer_env(peer: str, base: dict[str, str], quick: bool, temporal_full: bool) -> dict[str, str]:
+    """The environment one peer's ``run.sh`` runs with: the quick sizes for everyone, or
+    Temporal's reduced sizes (a size already set in our own environment wins)."""
+    env = dict(base)
     if quick:
         env.update(QUICK_ENV)
-    progress(f"peers: bash {script} (PEERS_TMP={peers_tmp}); takes several minutes")
-    code = _stream(["bash", str(script)], env, peers_tmp / "run_all.log")
+    elif peer == "temporal" and not temporal_full:
+        env.update({k: v for k, v in TEMPORAL_SIZES.items() if k not in os.environ})
+    return env
+
+
+def run_peers(
+    peers_tmp: Path = DEFAULT_TMP, quick: bool = False, temporal_full: bool = False
+) -> dict[str, Any]:
+    """Run every peer; returns their results by file stem and what failed."""
+    missing = [p for p in PEERS if not (PEERS_DIR / p / "run.sh").is_file()]
+    if missing:
+        where = ", ".join(str(PEERS_DIR / p / "run.sh") for p in missing)
+        return {"results": {}, "failed": [f"{where} not found (set PEERS_DIR)"]}
+    results_dir = peers_tmp / "results"
+    _clear_results(results_dir)
+    base = {**os.environ, "PEERS_TMP": str(peers_tmp), "RESULTS_DIR": str(results_dir)}
+    failed: list[str] = []
+    for peer in PEERS:
+        env = peer_env(peer, base, quick, temporal_full)
+        sizes = {k: env[k] for k in ("N_THROUGHPUT", "N_LATENCY", "REPEATS") if k in env}
+        progress(f"peers: {peer} (PEERS_TMP={peers_tmp}, sizes {sizes or 'default'})")
+        log_path = results_dir / f"{peer}-run.log"
+        code = _stream(["bash", str(PEERS_DIR / peer / "run.sh")], env, log_path)
+        if code != 0:
+            failed.append(f"{peer}: run.sh exited with {code} (see {log_path})")
+    _summarize(results_dir, base)
     results = read_results(results_dir)
-    failed = [f"{stem}: no result (see {results_dir})" for stem in EXPECTED if stem not in results]
-    if code != 0:
-        failed.append(f"run_all.sh exited with {code} (see {peers_tmp / 'run_all.log'})")
+    failed += [f"{stem}: no result (see {results_dir})" for stem in EXPECTED if stem not in results]
     for problem in failed:
         progress(f"peers: {problem}")
     return {"results": results, "failed": failed, "peers_tmp": str(peers_tmp)}
+
+
+def _summarize(results_dir: Path, env: dict[str, str]) -> None:
+    """The peers' own markdown summary of the run, next to their results."""
+    script = PEERS_DIR / "common" / "summarize.py"
+    if script.is_file():
+        _stream(["python3", str(script), str(results_dir)], env, results_dir / "summary.md")
 
 
 def _stream(command: list[str], env: dict[str, str], log_path: Path) -> int:
@@ -89,13 +177,14 @@ def read_results(results_dir: Path) -> dict[str, dict[str, Any]]:
 
 
 def ratios(chain3: dict[str, Any], peers: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Our chain3 medians over a peer's: workflows/s (higher is better) and p50 (lower is
-    better), against the baseline peer and every other peer that ran."""
+    """Our chain3 medians over the peers' this variant is compared with: workflows/s
+    (higher is better) and p50 (lower is better), and the variant's targets."""
     ours = chain3["median"]
-    out: dict[str, Any] = {}
-    for stem, peer in peers.items():
-        theirs = peer.get("median", {})
-        entry = {
+    variant = chain3["variant"]
+    vs: dict[str, Any] = {}
+    for stem in COMPARED.get(variant, ()):
+        theirs = peers.get(stem, {}).get("median", {})
+        vs[stem] = {
             "peer_workflows_per_s": theirs.get("workflows_per_s"),
             "peer_p50_ms": theirs.get("p50_ms"),
             "workflows_per_s_ratio": _div(
@@ -103,8 +192,13 @@ def ratios(chain3: dict[str, Any], peers: dict[str, dict[str, Any]]) -> dict[str
             ),
             "p50_ratio": _div(ours.get("p50_ms"), theirs.get("p50_ms")),
         }
-        out[stem] = entry
-    return {"baseline": BASELINE.get(chain3["variant"]), "vs": out}
+    targets = {}
+    for target in TARGETS:
+        if target.variant == variant:
+            key = "workflows_per_s_ratio" if target.higher_is_better else "p50_ratio"
+            ratio = vs.get(target.peer, {}).get(key)
+            targets[target.label] = {"ratio": ratio, "verdict": target.verdict(ratio)}
+    return {"baseline": BASELINE.get(variant), "vs": vs, "targets": targets}
 
 
 def _div(a: float | None, b: float | None) -> float | None:
@@ -117,8 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peers-tmp", type=Path, default=DEFAULT_TMP)
     parser.add_argument("--quick", action="store_true", help="reduced workload sizes")
+    parser.add_argument(
+        "--temporal-full",
+        action="store_true",
+        help="Temporal at the peers' full sizes too (adds about 10 minutes)",
+    )
     args = parser.parse_args(argv)
-    outcome = run_peers(args.peers_tmp, args.quick)
+    outcome = run_peers(args.peers_tmp, args.quick, args.temporal_full)
     for stem, peer in outcome["results"].items():
         emit({"benchmark": "peer", "result": stem, "median": peer.get("median")})
     return 1 if outcome["failed"] else 0
