@@ -38,6 +38,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,9 @@ PHASE_METRICS = {
 TRANSACTIONS = "turnstile_transactions_total"
 SEGMENTS = results_md.FLOOR_SEGMENTS
 _SAMPLE = re.compile(r"^([a-z_]+(?:\{[^}]*\})?) ([0-9.eE+-]+)$")
+#: A transaction phase's histogram bucket (labels in either order).
+_BUCKET = "turnstile_transaction_phase_seconds_bucket{"
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 def free_port() -> int:
@@ -79,13 +83,16 @@ def scrape(port: int) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def floor_engine(broker: harness.Broker, partitions: int, port: int) -> Iterator[harness.Engine]:
-    """A fresh namespace and one processor serving its metrics on ``port``."""
+def floor_engine(
+    broker: harness.Broker, partitions: int, port: int, kafka: list[str]
+) -> Iterator[harness.Engine]:
+    """A fresh namespace and one processor serving its metrics on ``port``, with the
+    librdkafka settings ``kafka`` (``KEY=VALUE``) on top of the engine's own."""
     settings = harness.create_topics(
         broker.bootstrap, harness.fresh_namespace("chain3-floor"), partitions
     )
     work_dir = Path(tempfile.mkdtemp(prefix="turnstile-bench-floor-"))
-    extra = ["--metrics-port", str(port)]
+    extra = ["--metrics-port", str(port), *(a for kv in kafka for a in ("--kafka", kv))]
     process = harness.spawn("processor", settings, chain3.MODULE, work_dir, extra)
     failed = True
     try:
@@ -136,6 +143,7 @@ def floor_run(
     return {
         "run": run,
         "n": n,
+        "phase_buckets": phase_buckets(before, after),
         "transactions_per_instance": round(delta[TRANSACTIONS] / n, 3),
         "segments_ms": {k: round(seg[k], 3) for k in SEGMENTS},
         "total_mean_ms": round(mean["total"], 3),
@@ -144,27 +152,64 @@ def floor_run(
     }
 
 
-def measure(broker: harness.Broker, params: argparse.Namespace) -> dict[str, Any]:
-    """Warm-up, then ``repeats`` floor runs in one engine; medians of the segment means."""
-    port = free_port()
+def phase_buckets(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    """Per transaction phase, how many of the run's transactions took at most each bucket's
+    bound (cumulative, as Prometheus keeps them): whether a phase is steady or has a tail."""
+    out: dict[str, dict[str, int]] = {}
+    for name, value in after.items():
+        if name.startswith(_BUCKET):
+            labels = dict(_LABEL.findall(name))
+            count = int(value - before.get(name, 0.0))
+            out.setdefault(labels.get("phase", "?"), {})[labels.get("le", "?")] = count
+    return out
+
+
+@dataclass
+class Variant:
+    """One processor configuration under test, with its engine, client and runs."""
+
+    label: str
+    kafka: list[str]
+    port: int = 0
+    eng: harness.Engine | None = None
+    client: Client | None = None
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def measure(broker: harness.Broker, params: argparse.Namespace) -> list[dict[str, Any]]:
+    """Warm-up, then ``repeats`` floor runs per variant, interleaved (A, B, A, B...) so
+    load changes hit both alike; medians of the segment means, per variant."""
+    variants = [Variant("default", [])]
+    if params.ab:
+        variants.append(Variant(" ".join(params.ab), list(params.ab)))
     warm = chain3.Params(variant="inline", partitions=params.partitions)
-    with (
-        floor_engine(broker, params.partitions, port) as eng,
-        Client(settings=eng.settings, timeout=60) as client,
-    ):
-        progress(f"chain3 floor: warm-up {params.warmup} + 50")
-        chain3.throughput_run(client, eng, warm, params.warmup, "warmup")
-        floor_run(client, eng, port, 50, "warmup")
-        runs = []
+    with contextlib.ExitStack() as stack:
+        for v in variants:
+            v.port = free_port()
+            v.eng = stack.enter_context(floor_engine(broker, params.partitions, v.port, v.kafka))
+            v.client = stack.enter_context(Client(settings=v.eng.settings, timeout=60))
+        for v in variants:
+            assert v.eng is not None and v.client is not None
+            progress(f"chain3 floor [{v.label}]: warm-up {params.warmup} + 50")
+            chain3.throughput_run(v.client, v.eng, warm, params.warmup, "warmup")
+            floor_run(v.client, v.eng, v.port, 50, "warmup")
         for run in range(params.repeats):
-            record = floor_run(client, eng, port, params.n, run)
-            emit({"benchmark": "chain3-floor", **record})
-            progress(f"chain3 floor run {run}: {record['segments_ms']} (p50 {record['p50_ms']} ms)")
-            runs.append(record)
+            for v in variants:
+                assert v.eng is not None and v.client is not None
+                record = floor_run(v.client, v.eng, v.port, params.n, run)
+                emit({"benchmark": "chain3-floor", "variant": v.label, **record})
+                progress(f"chain3 floor [{v.label}] run {run}: {record['segments_ms']}")
+                v.runs.append(record)
+    return [_result(params, v.label, v.runs) for v in variants]
+
+
+def _result(params: argparse.Namespace, label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     med = {k: round(median(r["segments_ms"][k] for r in runs), 3) for k in SEGMENTS}
+    kept = {k: v for k, v in vars(params).items() if k not in ("bootstrap_servers", "ab")}
     return {
         "benchmark": "chain3-floor",
-        "params": {k: v for k, v in vars(params).items() if k != "bootstrap_servers"},
+        "variant": label,
+        "params": {**kept, "kafka": label},
         "host": host_info(),
         "commit": git_commit(),
         "runs": runs,
@@ -184,15 +229,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=300, help="throughput warm-up (300)")
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--bootstrap-servers", help="use this broker instead of a private one")
+    parser.add_argument(
+        "--ab",
+        nargs="+",
+        metavar="KEY=VALUE",
+        help="also measure a processor with these librdkafka settings, runs interleaved",
+    )
     parser.add_argument("--no-results-md", action="store_true", help="do not touch RESULTS.md")
     args = parser.parse_args(argv)
     with harness.kafka(args.bootstrap_servers) as broker:
         if broker.pid is not None:
             chain3.warm_up_broker(broker, args.partitions, rounds=1)
-        result = measure(broker, args)
-    emit({k: v for k, v in result.items() if k != "runs"})
-    if not args.no_results_md:
-        results_md.add_floor(result)
+        results = measure(broker, args)
+    for result in results:
+        emit({k: v for k, v in result.items() if k != "runs"})
+        if not args.no_results_md:
+            results_md.add_floor(result)
     return 0
 
 

@@ -251,7 +251,7 @@ def add_floor(result: dict[str, Any]) -> None:
             _date(result),
             result["commit"],
             machine_line(result["host"]),
-            _params(result["params"], ("n", "repeats", "warmup", "partitions")),
+            _params(result["params"], ("n", "repeats", "warmup", "partitions", "kafka")),
             med.get("p50_ms"),
             med.get("total_mean_ms"),
             *(segments.get(k) for k in FLOOR_SEGMENTS),
