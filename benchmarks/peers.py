@@ -1,16 +1,20 @@
 """The peers (Restate, DBOS, Temporal) on the same machine in the same session, for ratios.
 
 The machine is shared and noisy, so an absolute number from another day says little; a
-ratio to a peer measured minutes apart on the same machine says more. This runs each peer's
-own ``run.sh`` from ``../shared/peers`` one after the other (each installs what it needs
-under ``PEERS_TMP`` and stops its servers at the end; none runs at the same time as the
+ratio to a peer measured minutes apart on the same machine says more. This runs the peers
+from ``../shared/peers`` one after the other in ``run_all.sh``'s order (each installs what it
+needs under ``PEERS_TMP`` and stops its servers at the end; none runs at the same time as the
 engine's benchmarks), then the peers' ``summarize.py``, reads their result files and computes
 our chain3 numbers as ratios to theirs, with issue 18's targets marked met or not met.
 
-Temporal's two activity variants run at about 10 workflows/s, so at the peers' full sizes
-(1000 + 200, three times) they alone take over 15 minutes; they get smaller counts through
-the peers' own knobs (``TEMPORAL_SIZES``: ``N_THROUGHPUT``, ``N_LATENCY``) unless
-``--temporal-full`` is given. The sizes each result ran with are in its ``params``.
+Temporal runs as its ``run.sh`` does (``install.sh``, ``start.sh``, ``bench.py`` per
+variant, ``stop.sh``), one variant at a time, so that each variant gets its own sizes and a
+variant whose client fails does not take the others with it (its SDK can abort the client
+process at exit after the result was written: such a result is kept, with a note). Its two
+activity variants run at about 10 workflows/s, so at the peers' full sizes (1000 + 200, three
+times) they alone take over 15 minutes; they get smaller counts through the peers' own knobs
+(``TEMPORAL_SIZES``: ``N_THROUGHPUT``, ``N_LATENCY``) unless ``--temporal-full`` is given.
+The sizes each result ran with are in its ``params``.
 
     .venv/bin/python benchmarks/peers.py [--peers-tmp DIR] [--quick] [--temporal-full]
 """
@@ -49,10 +53,14 @@ EXPECTED = (
     "temporal-activities-noeager",
 )
 QUICK_ENV = {"N_THROUGHPUT": "200", "N_LATENCY": "50", "REPEATS": "1", "N_WARMUP": "20"}
-#: Temporal's sizes in a full run (all three variants share one ``run.sh``): half the
-#: throughput count and half the latency count keep its ~10 workflows/s variants to about
-#: 4 minutes each, so a whole ``run_all.py --peers`` stays within about 40 minutes.
-TEMPORAL_SIZES = {"N_THROUGHPUT": "500", "N_LATENCY": "100"}
+#: Temporal's variants in ``run.sh``'s order, and the sizes of the slow ones in a full run:
+#: half the throughput and half the latency count keep each ~10 workflows/s variant to about
+#: 4 minutes, so a whole ``run_all.py --peers`` stays within about 40 minutes.
+TEMPORAL_VARIANTS = ("activities", "activities-noeager", "local")
+TEMPORAL_SIZES = {
+    "activities": {"N_THROUGHPUT": "500", "N_LATENCY": "100"},
+    "activities-noeager": {"N_THROUGHPUT": "500", "N_LATENCY": "100"},
+}
 
 
 @dataclass(frozen=True)
@@ -98,15 +106,21 @@ def _clear_results(results: Path) -> None:
         stale.unlink()
 
 
-def peer_env(peer: str, base: dict[str, str], quick: bool, temporal_full: bool) -> dict[str, str]:
-    """The environment one peer's ``run.sh`` runs with: the quick sizes for everyone, or
-    Temporal's reduced sizes (a size already set in our own environment wins)."""
+def peer_env(
+    base: dict[str, str], quick: bool, sizes: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The environment a peer's benchmark runs with: the quick sizes for everyone, or the
+    given reduced sizes (a size already set in our own environment wins)."""
     env = dict(base)
     if quick:
         env.update(QUICK_ENV)
-    elif peer == "temporal" and not temporal_full:
-        env.update({k: v for k, v in TEMPORAL_SIZES.items() if k not in os.environ})
+    elif sizes:
+        env.update({k: v for k, v in sizes.items() if k not in os.environ})
     return env
+
+
+def _sizes(env: dict[str, str]) -> dict[str, str]:
+    return {k: env[k] for k in ("N_THROUGHPUT", "N_LATENCY", "REPEATS") if k in env}
 
 
 def run_peers(
@@ -114,27 +128,60 @@ def run_peers(
 ) -> dict[str, Any]:
     """Run every peer; returns their results by file stem and what failed."""
     missing = [p for p in PEERS if not (PEERS_DIR / p / "run.sh").is_file()]
+    missing += [
+        f for f in ("temporal/bench.py", "temporal/start.sh") if not (PEERS_DIR / f).is_file()
+    ]
     if missing:
-        where = ", ".join(str(PEERS_DIR / p / "run.sh") for p in missing)
+        where = ", ".join(str(PEERS_DIR / (p if "/" in p else f"{p}/run.sh")) for p in missing)
         return {"results": {}, "failed": [f"{where} not found (set PEERS_DIR)"]}
     results_dir = peers_tmp / "results"
     _clear_results(results_dir)
     base = {**os.environ, "PEERS_TMP": str(peers_tmp), "RESULTS_DIR": str(results_dir)}
     failed: list[str] = []
-    for peer in PEERS:
-        env = peer_env(peer, base, quick, temporal_full)
-        sizes = {k: env[k] for k in ("N_THROUGHPUT", "N_LATENCY", "REPEATS") if k in env}
-        progress(f"peers: {peer} (PEERS_TMP={peers_tmp}, sizes {sizes or 'default'})")
+    for peer in ("restate", "dbos"):
+        env = peer_env(base, quick)
+        progress(f"peers: {peer} (PEERS_TMP={peers_tmp}, sizes {_sizes(env) or 'default'})")
         log_path = results_dir / f"{peer}-run.log"
         code = _stream(["bash", str(PEERS_DIR / peer / "run.sh")], env, log_path)
         if code != 0:
             failed.append(f"{peer}: run.sh exited with {code} (see {log_path})")
+    failed += run_temporal(base, results_dir, quick, temporal_full)
     _summarize(results_dir, base)
     results = read_results(results_dir)
     failed += [f"{stem}: no result (see {results_dir})" for stem in EXPECTED if stem not in results]
     for problem in failed:
         progress(f"peers: {problem}")
     return {"results": results, "failed": failed, "peers_tmp": str(peers_tmp)}
+
+
+def run_temporal(base: dict[str, str], results_dir: Path, quick: bool, full: bool) -> list[str]:
+    """Temporal's ``run.sh``, one variant at a time; returns what failed."""
+    here = PEERS_DIR / "temporal"
+    log_path = results_dir / "temporal-run.log"
+    log_path.write_text("")
+    python = Path(base["PEERS_TMP"]) / "temporal-venv" / "bin" / "python"
+    setup = [] if base.get("SKIP_INSTALL") == "1" else ["install.sh"]
+    for script in (*setup, "start.sh"):
+        code = _stream(["bash", str(here / script)], base, log_path, append=True)
+        if code != 0:
+            _stream(["bash", str(here / "stop.sh")], base, log_path, append=True)
+            return [f"temporal: {script} exited with {code} (see {log_path})"]
+    failed: list[str] = []
+    try:
+        for variant in TEMPORAL_VARIANTS:
+            env = peer_env(base, quick, None if full else TEMPORAL_SIZES.get(variant))
+            progress(f"peers: temporal {variant} (sizes {_sizes(env) or 'default'})")
+            out = results_dir / f"temporal-{variant}.json"
+            command = [str(python), str(here / "bench.py"), "--variant", variant, "--db", "file"]
+            code = _stream([*command, "--out", str(out)], env, log_path, append=True)
+            if code != 0 and out.is_file():
+                progress(f"peers: temporal {variant}: bench.py exited with {code} after "
+                         f"writing its result; the result is kept (see {log_path})")  # fmt: skip
+            elif code != 0:
+                failed.append(f"temporal {variant}: bench.py exited with {code} (see {log_path})")
+    finally:
+        _stream(["bash", str(here / "stop.sh")], base, log_path, append=True)
+    return failed
 
 
 def _summarize(results_dir: Path, env: dict[str, str]) -> None:
@@ -144,10 +191,10 @@ def _summarize(results_dir: Path, env: dict[str, str]) -> None:
         _stream(["python3", str(script), str(results_dir)], env, results_dir / "summary.md")
 
 
-def _stream(command: list[str], env: dict[str, str], log_path: Path) -> int:
+def _stream(command: list[str], env: dict[str, str], log_path: Path, append: bool = False) -> int:
     """Run a command, copying its output to a log file and, as progress, to stderr."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("w") as log:
+    with log_path.open("a" if append else "w") as log:
         process = subprocess.Popen(
             command,
             env=env,
