@@ -17,8 +17,9 @@ PATH = Path(__file__).resolve().parent / "RESULTS.md"
 HEADERS = {
     "chain3": "| date (UTC) | commit | machine | variant | params | wf/s | act/s | p50 ms "
     "| p90 ms | p99 ms | max ms | CPU ms/wf (tp): processor / worker / broker / client "
-    "| Restate wf/s, p50 ms | ratio wf/s | ratio p50 |\n"
-    "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|",
+    "| Restate wf/s, p50 ms | ratio wf/s | ratio p50 | ratios to the other peers (wf/s, p50) "
+    "| issue 18 targets |\n"
+    "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---|---|",
     "fanout": "| date (UTC) | commit | machine | params | wall s (median) | activities/s "
     "| CPU s: processor / worker / broker / client |\n"
     "|---|---|---|---|---:|---:|---|",
@@ -46,8 +47,13 @@ HEADERS = {
     "| CPU ms/wf (tp): processors / worker / broker / client | tx/s | records in/tx "
     "| records out/tx | ms/tx: step / produce / offsets / commit |\n"
     "|---|---|---|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|",
-    "peers": "| date (UTC) | machine | peer / variant | wf/s | act/s | p50 ms | p99 ms |\n"
-    "|---|---|---|---:|---:|---:|---:|",
+    "chain3-floor": "| date (UTC) | commit | machine | params | p50 ms | mean ms "
+    "| client produce | fetch wake-up | turn | txn produce | txn send_offsets | txn commit "
+    "| status read | txns/instance |\n"
+    "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    "peers": "| date (UTC) | machine | peer / variant | wf/s | act/s | p50 ms | p99 ms "
+    "| sizes |\n"
+    "|---|---|---|---:|---:|---:|---:|---|",
 }
 
 
@@ -87,8 +93,11 @@ def _ratio(ours: float | None, theirs: float | None) -> str | None:
     return f"{ours / theirs:.2f}x"
 
 
-def add_chain3(result: dict[str, Any], peer: dict[str, Any] | None) -> None:
-    """``peer``: the Restate median measured in the same run, if any."""
+def add_chain3(
+    result: dict[str, Any], peer: dict[str, Any] | None, comparison: dict[str, Any] | None = None
+) -> None:
+    """``peer``: the Restate median measured in the same run, if any; ``comparison``: the
+    ratios to every peer of the variant and the targets (``peers.ratios``)."""
     med = result["median"]
     cpu = med.get("cpu_ms_per_workflow_throughput", {})
     params = _params(
@@ -116,9 +125,29 @@ def add_chain3(result: dict[str, Any], peer: dict[str, Any] | None) -> None:
             _ratio(med.get("workflows_per_s"), theirs.get("workflows_per_s")),
             # p50 ratio: ours / theirs, so below 1 means lower (better) latency
             _ratio(med.get("p50_ms"), theirs.get("p50_ms")),
+            *_comparison_cells(comparison),
         ]
     )
     append_row("chain3", row)
+
+
+def _comparison_cells(comparison: dict[str, Any] | None) -> list[str | None]:
+    """The ratios to the peers other than the baseline, and each target met or not met."""
+    if comparison is None:
+        return [None, None]
+    others = [
+        f"{stem} {_x(vs['workflows_per_s_ratio'])}, {_x(vs['p50_ratio'])}"
+        for stem, vs in comparison["vs"].items()
+        if stem != comparison.get("baseline")
+    ]
+    targets = [
+        f"{label}: {t['verdict']} ({_x(t['ratio'])})" for label, t in comparison["targets"].items()
+    ]
+    return ["; ".join(others) or None, "; ".join(targets) or None]
+
+
+def _x(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"{ratio:.2f}x"
 
 
 def add_restart(result: dict[str, Any]) -> None:
@@ -242,6 +271,7 @@ def add_peers(peers: list[dict[str, Any]], host: dict[str, Any]) -> None:
                 med.get("activities_per_s"),
                 med.get("p50_ms"),
                 med.get("p99_ms"),
+                _params(peer.get("params", {}), ("n_throughput", "n_latency", "repeats", "warmup")),
             ]
         )
         append_row("peers", row)
@@ -275,3 +305,34 @@ def add_scale(result: dict[str, Any]) -> None:
             ]
         )
         append_row("scale", row)
+
+
+#: The segments of one turn's floor, in the order of the chain3-floor table's columns.
+FLOOR_SEGMENTS = (
+    "client_produce",
+    "fetch_wakeup",
+    "turn",
+    "txn_produce",
+    "txn_send_offsets",
+    "txn_commit",
+    "status_read",
+)
+
+
+def add_floor(result: dict[str, Any]) -> None:
+    """One ``chain3_floor.py`` run: the mean ms per instance of each segment (medians)."""
+    med = result["median"]
+    segments = med["segments_ms"]
+    row = _row(
+        [
+            _date(result),
+            result["commit"],
+            machine_line(result["host"]),
+            _params(result["params"], ("n", "repeats", "warmup", "partitions", "kafka")),
+            med.get("p50_ms"),
+            med.get("total_mean_ms"),
+            *(segments.get(k) for k in FLOOR_SEGMENTS),
+            med.get("transactions_per_instance"),
+        ]
+    )
+    append_row("chain3-floor", row)

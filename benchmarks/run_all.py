@@ -2,7 +2,7 @@
 restart, scale.
 
     .venv/bin/python benchmarks/run_all.py            # full sizes, appends to RESULTS.md
-    .venv/bin/python benchmarks/run_all.py --peers    # also Restate and DBOS, for ratios
+    .venv/bin/python benchmarks/run_all.py --peers    # also Restate, DBOS, Temporal: ratios
     .venv/bin/python benchmarks/run_all.py --quick    # reduced sizes: a smoke run
 
 It starts its own Kafka broker (in a fresh temporary folder, stopped at the end) unless
@@ -42,8 +42,11 @@ BENCHMARKS = ("chain3", "fanout", "replay", "restore", "restart", "scale")
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="reduced sizes, a smoke run")
-    parser.add_argument("--peers", action="store_true", help="run Restate and DBOS first")
+    parser.add_argument("--peers", action="store_true", help="run Restate, DBOS and Temporal first")
     parser.add_argument("--peers-tmp", type=Path, default=peers.DEFAULT_TMP)
+    parser.add_argument(
+        "--temporal-full", action="store_true", help="with --peers: Temporal at full sizes"
+    )
     parser.add_argument("--only", nargs="+", choices=BENCHMARKS, help="run only these")
     parser.add_argument("--bootstrap-servers", help="use this broker instead of a private one")
     parser.add_argument("--partitions", type=int, default=8, help="partitions per topic (8)")
@@ -138,7 +141,8 @@ def peer_baseline(result: dict[str, Any], peer_results: dict[str, Any]) -> dict[
 
 def write_results_md(out: dict[str, Any], peer_results: dict[str, Any]) -> None:
     for result in out.get("chain3", []):
-        results_md.add_chain3(result, peer_baseline(result, peer_results))
+        comparison = peers.ratios(result, peer_results) if peer_results else None
+        results_md.add_chain3(result, peer_baseline(result, peer_results), comparison)
     if "fanout" in out:
         results_md.add_fanout(out["fanout"])
     if "replay" in out:
@@ -158,11 +162,18 @@ def summary(out: dict[str, Any], peer_outcome: dict[str, Any] | None) -> dict[st
     """The headline numbers of the whole run, with ratios to the peers when they ran."""
     peer_results = (peer_outcome or {}).get("results", {})
     lines: dict[str, Any] = {}
+    targets: dict[str, str] = {}
     for result in out.get("chain3", []):
         entry = {"median": result["median"]}
         if peer_results:
-            entry["ratios"] = peers.ratios(result, peer_results)
+            entry["ratios"] = compared = peers.ratios(result, peer_results)
+            for label, target in compared["targets"].items():
+                targets[f"chain3.{result['variant']} {label}"] = (
+                    f"{target['verdict']} ({target['ratio']}x)"
+                )
         lines[f"chain3.{result['variant']}"] = entry
+    if targets:
+        lines["targets"] = targets
     if "fanout" in out:
         lines["fanout"] = out["fanout"]["median"]
     if "replay" in out:
@@ -177,7 +188,9 @@ def summary(out: dict[str, Any], peer_outcome: dict[str, Any] | None) -> dict[st
             for r in out["scale"]["rows"]
         ]
     if peer_outcome is not None:
-        lines["peers"] = {k: v.get("median") for k, v in peer_results.items()}
+        lines["peers"] = {
+            k: {**v.get("median", {}), "params": v.get("params")} for k, v in peer_results.items()
+        }
         lines["peers_failed"] = peer_outcome["failed"]
     return {"benchmark": "summary", "commit": git_commit(), "host": host_info(), **lines}
 
@@ -185,7 +198,9 @@ def summary(out: dict[str, Any], peer_outcome: dict[str, Any] | None) -> dict[st
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     wanted = set(args.only or BENCHMARKS)
-    peer_outcome = peers.run_peers(args.peers_tmp, args.quick) if args.peers else None
+    peer_outcome = (
+        peers.run_peers(args.peers_tmp, args.quick, args.temporal_full) if args.peers else None
+    )
     out: dict[str, Any] = {}
     failures: list[str] = []
     if "replay" in wanted:
