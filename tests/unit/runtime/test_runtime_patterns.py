@@ -4,7 +4,6 @@ results arriving in shuffled order and random batches."""
 from __future__ import annotations
 
 import random
-import time
 from typing import Any
 
 import pytest
@@ -108,15 +107,12 @@ def test_fan_out_of_1000_activities() -> None:
     assert replayed.output == sim.execution().output
 
 
-def test_three_inline_steps_complete_in_one_turn_quickly() -> None:
-    registry = patterns
+def test_three_inline_steps_complete_in_one_turn() -> None:
+    """Three inline steps run and complete inside the start's own turn: one step, six
+    events (how fast is benchmarks/chain3.py's business, not a test's)."""
     started = Inbound(ExecutionStarted("inline3", to_payload(1)))
-    turns = 2000
-    begin = time.perf_counter()
-    for i in range(turns):
-        execution = WorkflowExecution(registry, f"wf-{i}")
+    for i in range(50):
+        execution = WorkflowExecution(patterns, f"wf-{i}")
         result = execution.step([started], i)
         assert result.status is RuntimeStatus.COMPLETED
-    per_turn = (time.perf_counter() - begin) / turns
-    assert len(result.new_events) == 6
-    assert per_turn < 0.002, f"{per_turn * 1e6:.0f} us per inline3 instance"
+        assert len(result.new_events) == 6
