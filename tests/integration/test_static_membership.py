@@ -106,14 +106,14 @@ def test_a_replica_that_stops_cleanly_hands_its_partitions_over_at_once(
 def test_a_crashed_worker_restarts_into_its_own_place_in_the_group(
     kafka_bootstrap: str, tmp_path: Path, long_session: None
 ) -> None:
-    from engine.adapters.kafka_worker import worker_transactional_id
+    from engine.adapters.kafka_worker import worker_member_id
 
     with running_engine(
         kafka_bootstrap, partitions=2, modules=MODULES, in_process=False, state_dir=tmp_path
     ) as engine:
         worker = engine.workers["worker-0"]
         assert isinstance(worker, EngineProcess)
-        member = worker_transactional_id(engine.namespace, "worker-0")
+        member = worker_member_id(engine.namespace, "worker-0")
         group, tasks = engine.settings.worker_group, engine.topics.activity_tasks
         _run_on_every_partition(engine, 0, "chain3.activities")
         assert _members(engine, group, tasks) == [(member, {0, 1})]
