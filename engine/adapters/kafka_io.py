@@ -56,6 +56,7 @@ from engine.core.errors import BrokerError
 __all__ = [
     "AbortedTransaction",
     "Delivered",
+    "LeaderCache",
     "ProducerFencedError",
     "RecordRejectedError",
     "TransactionalProducer",
@@ -472,40 +473,63 @@ def poll_batch(consumer: Consumer, max_records: int, timeout_s: float) -> list[M
     return [first, *consumer.consume(max_records - 1, 0)]
 
 
-def resume_partitions(consumer: Consumer, partitions: Sequence[TopicPartition]) -> None:
+def resume_partitions(
+    consumer: Consumer,
+    partitions: Sequence[TopicPartition],
+    leaders: LeaderCache | None = None,
+) -> None:
     """Resume paused partitions *and* get fetching going again at once.
 
     When every partition a broker leads is paused, librdkafka's thread for that broker has
     nothing to fetch and sleeps for up to a second; ``resume`` does not wake it, so the
     first record after a resume would come ~1 s late. Any request to that broker wakes the
-    thread, so ask each leader for one partition's watermarks.
+    thread, so ask each leader for one partition's watermarks. ``leaders`` remembers who
+    leads what, so that a loop resuming often does not ask for metadata every time.
     """
     if not partitions:
         return
     consumer.resume(list(partitions))
-    for tp in _one_partition_per_leader(consumer, partitions):
+    cache = leaders or LeaderCache()
+    for tp in cache.one_partition_per_leader(consumer, partitions):
         try:
             consumer.get_watermark_offsets(tp, timeout=1.0, cached=False)
         except KafkaException as exc:  # only a nudge: fetching resumes within 1 s anyway
             log.debug("watermark nudge after resume failed: %s", exc)
 
 
-def _one_partition_per_leader(
-    consumer: Consumer, partitions: Sequence[TopicPartition]
-) -> list[TopicPartition]:
-    chosen: dict[int, TopicPartition] = {}
-    for topic in {tp.topic for tp in partitions}:
+class LeaderCache:
+    """Which broker leads each partition, per topic, looked up at most every ``ttl_s``.
+
+    A stale entry only sends a resume's wake-up request to the wrong broker (fetching then
+    resumes within a second on its own), so a short staleness is harmless.
+    """
+
+    def __init__(self, ttl_s: float = 30.0) -> None:
+        self.ttl_s = ttl_s
+        self._topics: dict[str, tuple[float, dict[int, int]]] = {}
+
+    def leaders(self, consumer: Consumer, topic: str) -> dict[int, int]:
+        """Partition -> leader id of ``topic`` (empty when the metadata cannot be read)."""
+        now = time.monotonic()
+        known = self._topics.get(topic)
+        if known is not None and now - known[0] < self.ttl_s:
+            return known[1]
         try:
             metadata = consumer.list_topics(topic, timeout=1.0).topics.get(topic)
         except KafkaException:
-            metadata = None
+            return {}
+        found = {p: info.leader for p, info in (metadata.partitions if metadata else {}).items()}
+        self._topics[topic] = (now, found)
+        return found
+
+    def one_partition_per_leader(
+        self, consumer: Consumer, partitions: Sequence[TopicPartition]
+    ) -> list[TopicPartition]:
+        chosen: dict[int, TopicPartition] = {}
         for tp in partitions:
-            if tp.topic != topic:
-                continue
-            info = metadata.partitions.get(tp.partition) if metadata is not None else None
-            leader = info.leader if info is not None else -1
+            leader = self.leaders(consumer, tp.topic).get(tp.partition, -1)
             chosen.setdefault(leader, TopicPartition(tp.topic, tp.partition))
-    return list(chosen.values())
+        return list(chosen.values())
 
 
 def positions_for(consumer: Consumer, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:

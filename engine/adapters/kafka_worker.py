@@ -34,6 +34,7 @@ from engine.adapters.kafka_config import (
 from engine.adapters.kafka_deadline import close_within, ends_process_if_stuck
 from engine.adapters.kafka_delivery import DeliveryProducer, Outcome, is_refusal
 from engine.adapters.kafka_io import (
+    LeaderCache,
     RecordRejectedError,
     leave_group,
     make_consumer,
@@ -141,6 +142,8 @@ class KafkaWorker:
         self._last_error_log = 0.0
         self._consumer: Consumer | None = None
         self._producer: DeliveryProducer | None = None
+        #: The task partitions' leaders, for the wake-up after a resume.
+        self._leaders = LeaderCache()
         self._stop = threading.Event()
         self._recovery = Recovery(f"worker {self.worker_id}")
         #: Since when deliveries keep failing (None: the last one worked), the current
@@ -306,7 +309,7 @@ class KafkaWorker:
             self._paused = True
             self.pauses += 1
         elif action is FlowAction.RESUME:
-            resume_partitions(self.consumer, self.consumer.assignment())
+            resume_partitions(self.consumer, self.consumer.assignment(), self._leaders)
             self._paused = False
         elif self._paused and self._repause:
             self.consumer.pause(self.consumer.assignment())
@@ -324,7 +327,11 @@ class KafkaWorker:
         if pause:
             self.consumer.pause([TopicPartition(self.source_topic, p) for p in pause])
         if resume:
-            resume_partitions(self.consumer, [TopicPartition(self.source_topic, p) for p in resume])
+            resume_partitions(
+                self.consumer,
+                [TopicPartition(self.source_topic, p) for p in resume],
+                self._leaders,
+            )
         self._crowded = crowded
 
     # --- producing and committing -----------------------------------------------------------

@@ -8,6 +8,7 @@ hands each attempt to; it reports every run's outcome back through one callback.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import threading
 import time
@@ -34,7 +35,15 @@ EXECUTORS = ("thread", "process")
 
 
 def _arity(fn: Callable[..., Any]) -> int:
-    """How many arguments to pass: 0, 1 (the input) or 2 (the input and the context)."""
+    """How many arguments to pass: 0, 1 (the input) or 2 (the input and the context).
+    Remembered per function: reading a signature costs more than a short activity."""
+    try:
+        return _cached_arity(fn)
+    except TypeError:  # an unhashable callable object
+        return _read_arity(fn)
+
+
+def _read_arity(fn: Callable[..., Any]) -> int:
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
@@ -43,6 +52,9 @@ def _arity(fn: Callable[..., Any]) -> int:
     if any(p.kind == p.VAR_POSITIONAL for p in params):
         return max(len(positional), 1)
     return min(len(positional), 2)
+
+
+_cached_arity = functools.lru_cache(maxsize=4096)(_read_arity)
 
 
 def _arguments(

@@ -119,6 +119,32 @@ def test_without_prefetch_the_worker_resumes_as_soon_as_a_slot_is_free(
         worker.shutdown()
 
 
+def test_the_default_prefetch_keeps_a_large_backlog_of_small_tasks(registry: Registry) -> None:
+    """Pausing empties the consumer's fetch queue, so the default backlog is large enough
+    that a burst of short activities does not pause every few dozen tasks."""
+    worker = Worker(registry, source_topic=TOPIC, concurrency=4)
+    try:
+        assert worker.prefetch >= 1000
+        assert worker.free == 4 + worker.prefetch
+    finally:
+        worker.shutdown()
+
+
+def test_large_task_records_shrink_the_backlog(registry: Registry) -> None:
+    """The backlog holds about 64 MiB of records at most, whatever the prefetch says."""
+    worker = Worker(registry, source_topic=TOPIC, concurrency=1, prefetch=1000)
+    worker.assigned([0])
+    big = encode_message(_task("double", "x" * 4_000_000))
+    try:
+        worker.accept([_record(big, offset=i) for i in range(40)])
+        assert worker.backlog_room < 40, "4 MB tasks: far fewer than 1000 may wait"
+        assert worker.flow(paused=False) is FlowAction.PAUSE
+        assert worker.free == 0
+    finally:
+        worker.drop_backlog()
+        worker.shutdown()
+
+
 def test_commit_policy_commits_when_idle_or_after_the_interval() -> None:
     now = [100.0]
     policy = CommitPolicy(0.05, clock=lambda: now[0])
