@@ -15,14 +15,18 @@ state is lost) is replaced; the records it still held are reported as not delive
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from engine.adapters.kafka_deadline import close_within
-from engine.adapters.kafka_io import RecordRejectedError, kafka_error
+from engine.adapters.kafka_io import (
+    RecordRejectedError,
+    is_fatal,
+    kafka_error,
+    produce_with_room,
+)
 
 __all__ = ["DeliveryProducer", "Outcome", "is_fatal", "is_refusal"]
 
@@ -31,8 +35,6 @@ log = logging.getLogger(__name__)
 #: What ``on_done`` receives: None when delivered, else the error.
 Outcome = KafkaError | None
 Headers = Sequence[tuple[str, bytes]]
-
-_BUFFER_FULL_POLL_S = 0.05
 
 #: Errors that refuse the record itself: producing it again gets the same answer.
 _REFUSALS = frozenset(
@@ -49,11 +51,6 @@ _REFUSALS = frozenset(
 def is_refusal(error: KafkaError) -> bool:
     """Whether the broker refused the record for good (too large, invalid, not allowed)."""
     return error.code() in _REFUSALS
-
-
-def is_fatal(error: KafkaError | None) -> bool:
-    """librdkafka reports a fatal producer both as ``fatal()`` and as code ``_FATAL``."""
-    return error is not None and (bool(error.fatal()) or error.code() == KafkaError._FATAL)
 
 
 class DeliveryProducer:
@@ -107,18 +104,13 @@ class DeliveryProducer:
             kwargs["partition"] = partition
         if headers:
             kwargs["headers"] = list(headers)
-        deadline = time.monotonic() + self.queue_full_s
         while True:
             if self._failed:
                 self._replace()
             try:
-                self._producer.produce(topic, **kwargs)
-                return
-            except BufferError:
-                if time.monotonic() >= deadline:
+                if not produce_with_room(self._producer, topic, kwargs, self.queue_full_s):
                     on_done(KafkaError(KafkaError._TIMED_OUT, "the producer queue stayed full"))
-                    return
-                self.poll(_BUFFER_FULL_POLL_S)
+                return
             except KafkaException as exc:
                 error = kafka_error(exc)
                 if is_fatal(error):

@@ -60,12 +60,14 @@ __all__ = [
     "ProducerFencedError",
     "RecordRejectedError",
     "TransactionalProducer",
+    "is_fatal",
     "kafka_error",
     "leave_group",
     "log_end_offsets",
     "make_consumer",
     "poll_batch",
     "positions_for",
+    "produce_with_room",
     "resume_partitions",
     "wait_for_assignment",
 ]
@@ -114,6 +116,29 @@ def kafka_error(exc: BaseException) -> KafkaError | None:
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
         return exc.args[0]
     return None
+
+
+def is_fatal(error: KafkaError | None) -> bool:
+    """Whether the producer is dead: librdkafka reports that both as ``fatal()`` and as
+    code ``_FATAL`` (with ``fatal()`` False)."""
+    return error is not None and (bool(error.fatal()) or error.code() == KafkaError._FATAL)
+
+
+def produce_with_room(
+    producer: Producer, topic: str, kwargs: dict[str, Any], wait_s: float
+) -> bool:
+    """Queue one record, serving delivery reports while librdkafka's local queue is full;
+    False when it stays full for ``wait_s``. A ``KafkaException`` (the record refused, the
+    producer dead) is left to the caller, whose answer differs inside a transaction."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            producer.produce(topic, **kwargs)
+            return True
+        except BufferError:
+            if time.monotonic() >= deadline:
+                return False
+            producer.poll(_BUFFER_FULL_POLL_S)
 
 
 class TransactionalProducer:
@@ -254,23 +279,17 @@ class TransactionalProducer:
             kwargs["partition"] = partition
         if headers:
             kwargs["headers"] = list(headers)
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            try:
-                self._producer.produce(topic, **kwargs)
-                return
-            except BufferError:
-                if time.monotonic() >= deadline:
-                    self._abort_and_raise("the producer queue stayed full")
-                self._producer.poll(_BUFFER_FULL_POLL_S)
-            except KafkaException as exc:
-                self._on_produce_error(exc, topic)
+        try:
+            queued = produce_with_room(self._producer, topic, kwargs, self.timeout_s)
+        except KafkaException as exc:
+            self._on_produce_error(exc, topic)
+        if not queued:
+            self._abort_and_raise("the producer queue stayed full")
 
-    def _on_produce_error(self, exc: KafkaException, topic: str) -> None:
+    def _on_produce_error(self, exc: KafkaException, topic: str) -> NoReturn:
         error = kafka_error(exc)
         self._raise_if_fenced(error)
-        if error is not None and (error.fatal() or error.code() == KafkaError._FATAL):
-            # librdkafka reports a fatal producer as code _FATAL with fatal() False
+        if is_fatal(error):
             self._recreate(f"produce failed: {exc}")
             raise AbortedTransaction(f"producer failed fatally, transaction aborted: {exc}")
         if error is not None and error.txn_requires_abort():
@@ -390,7 +409,7 @@ class TransactionalProducer:
                 f"times); give every running process its own id (worker id / replica id)."
             )
 
-    def _abort_and_raise(self, reason: str) -> None:
+    def _abort_and_raise(self, reason: str) -> NoReturn:
         failed = f" (failed records: {'; '.join(self._failed[:3])})" if self._failed else ""
         self.abort()
         raise AbortedTransaction(f"transaction aborted: {reason}{failed}")

@@ -181,6 +181,9 @@ def stop_on_signals(stop: threading.Event, grace_s: float = STOP_GRACE_S) -> Ite
 
 def _run_worker(args: argparse.Namespace) -> int:
     configure_logging(args)
+    # bad limits are the user's to fix before anything connects
+    rates = _per_queue(args.queue_rate, "--queue-rate")
+    caps = _per_queue(args.queue_concurrency, "--queue-concurrency", whole=True)
     log.info("contracts: %s", check_contracts())
     settings = connected_settings(
         args, worker_concurrency=args.concurrency, worker_id=args.worker_id
@@ -191,8 +194,6 @@ def _run_worker(args: argparse.Namespace) -> int:
     log.info("activities: %s", ", ".join(names))
     queues = served_queues(args.task_queues, default_registry.task_queues())
     log.info("task queues: %s", ", ".join(queues))
-    rates = _per_queue(args.queue_rate, "--queue-rate")
-    caps = _per_queue(args.queue_concurrency, "--queue-concurrency", whole=True)
     metrics = WorkerMetrics(CollectorRegistry())
     workers = [
         KafkaWorker(

@@ -172,6 +172,25 @@ def test_bad_input_is_a_message_not_a_traceback(
         assert word in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize(
+    "flag, value, words",
+    [
+        ("--queue-rate", "gpu=fast", ["--queue-rate 'gpu=fast'", "QUEUE=N"]),
+        ("--queue-concurrency", "gpu=2.5", ["--queue-concurrency 'gpu=2.5'", "a whole number"]),
+    ],
+)
+def test_a_worker_with_a_bad_queue_limit_says_so_before_it_connects(
+    flag: str, value: str, words: list[str]
+) -> None:
+    """No broker at the address: the limit's error comes first, not the connection's."""
+    result = _turnstile(
+        "run", "worker", "--module", "engine.examples.orders", flag, value,
+        "--connect-timeout", "1", bootstrap=_closed_port(),
+    )  # fmt: skip
+    assert result.returncode in (1, 2), result.stderr
+    _assert_one_clear_error(result, *words)
+
+
 def test_version_flag() -> None:
     import engine
 
