@@ -48,8 +48,10 @@ Produced = tuple[int, OutRecord]
 
 
 def record_size(record: OutRecord) -> int:
-    headers = sum(len(name) + len(value) for name, value in record.headers)
-    return len(record.key or b"") + len(record.value or b"") + headers
+    size = len(record.key or b"") + len(record.value or b"")
+    if record.headers:  # most records have none: no generator to build for them
+        size += sum(len(name) + len(value) for name, value in record.headers)
+    return size
 
 
 def produce_batch(
