@@ -142,7 +142,6 @@ class TriggerBridge:
             trigger_group(s.namespace),
             client_id=self._id,
             **{
-                "fetch.wait.max.ms": 10,
                 "session.timeout.ms": 10_000,
                 "heartbeat.interval.ms": 1_000,
                 **group_membership(self._id, static=s.static_membership),
