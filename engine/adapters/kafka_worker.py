@@ -131,12 +131,10 @@ class KafkaWorker:
         self.policy = CommitPolicy(commit_interval_s)
         self.shutdown_timeout_s = shutdown_timeout_s
         self.consumer_overrides = dict(consumer_overrides or {})
-        #: Offset commits sent, and deliveries that failed (their records were produced again).
-        self.commits = 0
-        self.redeliveries = 0
-        self.pauses = 0
-        self._paused = False
-        self._repause = False
+        #: Offset commits sent, deliveries that failed (their records were produced again)
+        #: and pauses.
+        self.commits = self.redeliveries = self.pauses = 0
+        self._paused = self._repause = False
         #: Partitions paused on their own (see _pause_crowded).
         self._crowded: set[int] = set()
         self._last_error_log = 0.0

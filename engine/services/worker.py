@@ -255,6 +255,10 @@ _DEFAULT_PREFETCH = 1000
 #: shrink the prefetch so that a worker never holds more than this in waiting tasks.
 _BACKLOG_BYTES = 64 * 2**20
 
+#: What ``Worker.stats`` counts: tasks taken, results, failures, dead letters, expired
+#: (past schedule-to-start), unserved and cancelled tasks.
+_STATS = ("tasks", "results", "failures", "dead", "expired", "unserved", "cancelled")
+
 #: The header that counts how often a task went back to its queue unserved.
 REQUEUES_HEADER = "turnstile-requeues"
 #: How long an unserved task is held before it goes back to its queue: doubling per
@@ -359,15 +363,7 @@ class Worker:
         self._running = 0
         #: Records whose delivery failed, to be produced again (see :meth:`redo`).
         self._redo: list[Outbound] = []
-        self.stats: dict[str, int] = {
-            "tasks": 0,
-            "results": 0,
-            "failures": 0,
-            "dead": 0,
-            "expired": 0,
-            "unserved": 0,
-            "cancelled": 0,
-        }
+        self.stats: dict[str, int] = dict.fromkeys(_STATS, 0)
 
     # --- load -------------------------------------------------------------------------------
 
