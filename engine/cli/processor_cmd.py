@@ -19,6 +19,7 @@ from engine.adapters.kafka_worker import KafkaWorker
 from engine.adapters.metrics import WorkerMetrics
 from engine.adapters.schema_registry import connect_schema_registry
 from engine.cli import SubParsers
+from engine.cli.gc_tuning import tune_gc
 from engine.cli.integration import (
     check_integration_topics,
     trigger_bridge,
@@ -102,6 +103,7 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
     """Settings checked before anything runs: the user's workflows import, the contracts
     load, and Kafka answers (each failure stops the process with its reason)."""
     configure_logging(args)
+    tune_gc()
     log.info("contracts: %s", check_contracts())
     settings = connected_settings(
         args,

@@ -24,6 +24,7 @@ from engine.adapters.kafka_deadline import end_process_stuck
 from engine.adapters.kafka_worker import KafkaWorker, run_loops
 from engine.adapters.metrics import WorkerMetrics
 from engine.cli import SubParsers
+from engine.cli.gc_tuning import tune_gc
 from engine.cli.observe import metrics_endpoint
 from engine.cli.options import (
     add_log_level_argument,
@@ -181,6 +182,7 @@ def stop_on_signals(stop: threading.Event, grace_s: float = STOP_GRACE_S) -> Ite
 
 def _run_worker(args: argparse.Namespace) -> int:
     configure_logging(args)
+    tune_gc()
     # bad limits are the user's to fix before anything connects
     rates = _per_queue(args.queue_rate, "--queue-rate")
     caps = _per_queue(args.queue_concurrency, "--queue-concurrency", whole=True)
