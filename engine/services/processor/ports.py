@@ -33,8 +33,8 @@ class OutRecord(NamedTuple):
 
     ``origin`` is the instance whose handling or turn made it ('' for none), so that a
     record the broker refuses fails that instance alone. A named tuple, not a frozen
-    dataclass: a turn makes several and building a frozen dataclass costs ~3x as much
-    (12 % of the processor's time went to such constructors in a chain3 profile)."""
+    dataclass: a turn makes several, and a frozen dataclass of these six fields takes ~3x
+    as long to build (1.34 against 0.43 us in a micro-benchmark)."""
 
     topic: str
     key: bytes | None
