@@ -113,6 +113,16 @@ async def counter(ctx: WorkflowContext, state: dict[str, int]) -> dict[str, int]
     return {"n": n, "acc": acc, "generation": ctx.generation}
 
 
+@workflow(name="t.spin")
+async def spin(ctx: WorkflowContext, turns_per_run: int) -> None:
+    """Keeps its partition busy until terminated: one turn (one transaction) after another,
+    each a zero-length timer; a continue-as-new every ``turns_per_run`` turns bounds the
+    history."""
+    for _ in range(turns_per_run):
+        await ctx.sleep(0)
+    ctx.continue_as_new(turns_per_run)
+
+
 @workflow(name="t.flaky")
 async def flaky_workflow(ctx: WorkflowContext, fail_times: int) -> int:
     result: int = await ctx.call_activity(flaky, fail_times, retry=FAST_RETRY)

@@ -1,13 +1,19 @@
-"""Read engine topics to their end, for the audit tools (history, changelog, status).
+"""Read engine topics to their end, for the audit tools (history, changelog, status), ``list``
+and the dashboard.
 
-An audit needs a consistent, complete read: ``read_committed`` (records of aborted or still
-open transactions are never seen), explicit partition assignment (no consumer group
-membership, no committed offsets: auditing changes nothing), and a definite end: each
-partition is read up to its log end offset as of the start of the read, so a busy topic
-cannot keep the read going forever. That end is asked as a read_uncommitted reader sees it:
-a read_committed reader's own end (the last stable offset) stops at the first transaction
-still open, and records committed after it would be missed. While such a transaction is open
-the read waits for it (it ends at the latest at the broker's transaction timeout).
+A read is ``read_committed`` (records of aborted or still open transactions are never
+seen), assigns partitions explicitly (no consumer group membership, no committed offsets:
+reading changes nothing) and has a definite end, fixed when it starts, so a busy topic
+cannot keep it going forever. Which end is the reader's choice (:class:`ReadEnd`):
+
+- ``LOG_END``, for audits that must see every committed record (``history verify`` must
+  find a fork): the log end offset, asked as a read_uncommitted reader sees it. A
+  read_committed reader's own end (the last stable offset) stops at the first transaction
+  still open, and records committed after it would be missed; so while such a transaction
+  is open the read waits for it (it ends at the latest at the broker's transaction timeout).
+- ``LAST_STABLE``, for reads that answer a user now (``list``, ``history show``, the
+  dashboard): the last stable offset, everything committed before the first transaction
+  still open. It waits for no transaction, however busy the partition.
 """
 
 from __future__ import annotations
@@ -15,13 +21,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from enum import Enum
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from engine.adapters.kafka_client import partition_count
 from engine.adapters.kafka_config import consumer_config
-from engine.adapters.kafka_io import log_end_offsets, poll_batch
+from engine.adapters.kafka_io import log_end_offsets, poll_batch, stable_end_offsets
 from engine.adapters.schema_registry import connect_schema_registry
 from engine.codec import decode_history
 from engine.config.settings import Settings
@@ -31,7 +38,7 @@ from engine.core.history import HistoryEvent
 from engine.core.keys import instance_key, murmur2_partition
 from engine.services.audit.records import RawRecord, ReadProgress
 
-__all__ = ["ProgressCallback", "TopicReader", "read_instance_history"]
+__all__ = ["ProgressCallback", "ReadEnd", "TopicReader", "read_instance_history"]
 
 log = logging.getLogger(__name__)
 
@@ -45,21 +52,35 @@ _METADATA_TIMEOUT_S = 10.0
 _TIME_SEEK_MARGIN_MS = 5 * 60 * 1000
 
 
+class ReadEnd(Enum):
+    """Where a read of a partition ends, fixed when the read starts."""
+
+    #: The log end offset: every record committed, those of transactions open at the start
+    #: included (the read waits for them to end).
+    LOG_END = "log end"
+    #: The last stable offset: what was committed before the first transaction still open
+    #: at the start (the read waits for none).
+    LAST_STABLE = "last stable offset"
+
+
 class TopicReader:
     """Reads whole partitions of engine topics; remembers where each read ended.
 
-    ``stall_timeout_s`` bounds how long a read may go without any record or end-of-partition
-    event before it gives up (a broker that went away, a partition without a leader).
+    ``end``: where each read ends (:class:`ReadEnd`). ``stall_timeout_s`` bounds how long a
+    read may go without any record or end-of-partition event before it gives up (a broker
+    that went away, a partition without a leader).
     """
 
     def __init__(
         self,
         settings: Settings,
         *,
+        end: ReadEnd = ReadEnd.LOG_END,
         progress_every_s: float = 1.0,
         stall_timeout_s: float = 60.0,
     ) -> None:
         self.settings = settings
+        self.end = end
         self.progress_every_s = progress_every_s
         self.stall_timeout_s = stall_timeout_s
         connect_schema_registry(settings)  # history and status may be registry-framed
@@ -129,16 +150,9 @@ class TopicReader:
         start: Mapping[int, int],
         since_ms: int | None,
     ) -> dict[int, tuple[int, int]]:
-        """Per partition: the first offset to read and the log end offset now."""
+        """Per partition: the first offset to read and the end (``self.end``) now."""
         out = {}
-        config = consumer_config(
-            self.settings.bootstrap_servers,
-            f"{self.settings.namespace}.audit",
-            **self.settings.extra_kafka,
-        )
-        ends = log_end_offsets(
-            config, [TopicPartition(topic, p) for p in partitions], timeout_s=_METADATA_TIMEOUT_S
-        )
+        ends = self._ends([TopicPartition(topic, p) for p in partitions])
         try:
             for p in partitions:
                 low, high = ends[(topic, p)]
@@ -149,6 +163,16 @@ class TopicReader:
         except KafkaException as exc:
             raise _broker_error(topic, exc) from exc
         return out
+
+    def _ends(self, partitions: list[TopicPartition]) -> dict[tuple[str, int], tuple[int, int]]:
+        if self.end is ReadEnd.LAST_STABLE:
+            return stable_end_offsets(self._consumer, partitions, timeout_s=_METADATA_TIMEOUT_S)
+        config = consumer_config(
+            self.settings.bootstrap_servers,
+            f"{self.settings.namespace}.audit",
+            **self.settings.extra_kafka,
+        )
+        return log_end_offsets(config, partitions, timeout_s=_METADATA_TIMEOUT_S)
 
     def _offset_at(self, topic: str, partition: int, since_ms: int, high: int) -> int:
         wanted = TopicPartition(topic, partition, max(0, since_ms - _TIME_SEEK_MARGIN_MS))
@@ -208,6 +232,10 @@ class TopicReader:
             raise _broker_error(topic, KafkaException(error))
         if partition not in pending:
             return None  # past this read's end (the read ended on the high watermark)
+        if offset >= pending[partition]:  # past the end: the next read starts with it
+            positions[partition] = offset
+            pending.pop(partition)
+            return None
         positions[partition] = offset + 1
         if offset + 1 >= pending[partition]:
             pending.pop(partition)
@@ -252,13 +280,14 @@ class _Progress:
 def read_instance_history(
     settings: Settings, instance_id: str, *, on_progress: ProgressCallback | None = None
 ) -> list[HistoryEvent]:
-    """Every event of one instance, in order, from the history topic (only its partition is
-    read). Records that do not decode are logged and left out (``history verify`` names
-    them)."""
+    """Every event of one instance committed when the read starts, in order, from the
+    history topic (only its partition is read, to its last stable offset: a busy partition
+    does not hold it up). Records that do not decode are logged and left out (``history
+    verify`` names them)."""
     topic = topic_names(settings.namespace).history
     key = instance_key(instance_id)
     events = []
-    with TopicReader(settings) as reader:
+    with TopicReader(settings, end=ReadEnd.LAST_STABLE) as reader:
         partition = reader.partition_of(topic, instance_id)
         for record in reader.read(topic, [partition], on_progress=on_progress):
             if record.key != key or record.value is None:

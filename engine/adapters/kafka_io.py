@@ -68,6 +68,7 @@ __all__ = [
     "positions_for",
     "produce_with_room",
     "resume_partitions",
+    "stable_end_offsets",
     "wait_for_assignment",
 ]
 
@@ -586,6 +587,28 @@ def log_end_offsets(
         }
     finally:
         probe.close()
+
+
+def stable_end_offsets(
+    consumer: Consumer,
+    partitions: Sequence[TopicPartition],
+    *,
+    timeout_s: float = 10.0,
+    attempts: int = 5,
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """``(low watermark, last stable offset)`` of each partition: what is committed now.
+
+    librdkafka asks the broker with the consumer's isolation level, so a read_committed
+    ``consumer`` (every engine consumer) gets the *last stable offset* as its high mark.
+    Every offset below it holds a committed or aborted record or a transaction marker, so a
+    read_committed reader reaches it without waiting for any transaction: the end of a read
+    that answers now, however busy the partition (``log_end_offsets`` is the end of a read
+    that must see every committed record, and waits for open transactions to end).
+    """
+    return {
+        (tp.topic, tp.partition): _watermarks(consumer, tp, timeout_s, attempts)
+        for tp in partitions
+    }
 
 
 def _watermarks(

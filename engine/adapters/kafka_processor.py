@@ -59,7 +59,7 @@ from engine.adapters.kafka_io import (
 )
 from engine.adapters.kafka_isolation import Produced, produce_batch, refused_in_delivery
 from engine.adapters.kafka_recovery import Recovery
-from engine.adapters.kafka_restore import RestoreReport, restore_tables
+from engine.adapters.kafka_restore import RestoreInterrupted, RestoreReport, restore_tables
 from engine.adapters.rocks_store import RocksPartitionStore
 from engine.adapters.schema_registry import connect_schema_registry
 from engine.config.settings import Settings
@@ -247,6 +247,9 @@ class ProcessorRunner:
             while not stop.is_set():
                 try:
                     self.run_batch()
+                except RestoreInterrupted as exc:  # the stop asked for came while restoring
+                    log.info("processor %s %s", self.settings.replica_id, exc)
+                    return  # a clean stop (close() below): the partitions were never processed
                 except BrokerRefusalError:
                     raise
                 except (BrokerError, KafkaException) as exc:

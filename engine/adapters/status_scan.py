@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteBatch
 
-from engine.adapters.kafka_history import ProgressCallback, TopicReader
+from engine.adapters.kafka_history import ProgressCallback, ReadEnd, TopicReader
 from engine.codec import decode_message
 from engine.config.settings import Settings
 from engine.config.topics import topic_names
@@ -120,14 +120,16 @@ def list_page_from_topic(
     on_progress: ProgressCallback | None = None,
     fold: StatusFold | None = None,
 ) -> InstancePage[InstanceStatus]:
-    """Read the namespace's status topic to its end, fold it on disk, and collect a page.
+    """Read the namespace's status topic to its last stable offset (what was committed when
+    the list started: an open transaction is not waited for, like the client's status
+    view), fold it on disk, and collect a page.
 
     ``fold``: one the caller made and closes (to see what it held); by default a temporary
     one, removed before this returns."""
     with contextlib.ExitStack() as stack:
         if fold is None:
             fold = stack.enter_context(StatusFold.temporary())
-        reader = stack.enter_context(TopicReader(settings))
+        reader = stack.enter_context(TopicReader(settings, end=ReadEnd.LAST_STABLE))
         for record in reader.read(topic_names(settings.namespace).status, on_progress=on_progress):
             fold.apply(record.key, record.value)
         collector.add_all(fold.statuses())

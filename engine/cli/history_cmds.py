@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from engine.adapters.kafka_history import TopicReader
+from engine.adapters.kafka_history import ReadEnd, TopicReader
 from engine.cli import SubParsers
 from engine.cli.audit_io import (
     EXIT_PROBLEMS,
@@ -81,7 +81,7 @@ def _register_show(commands: SubParsers) -> None:
 def _show(args: argparse.Namespace) -> int:
     settings = connected_settings(args)
     topic = topic_names(settings.namespace).history
-    with TopicReader(settings) as reader:
+    with TopicReader(settings, end=ReadEnd.LAST_STABLE) as reader:  # answers however busy
         partition = reader.partition_of(topic, args.instance)
         records = reader.read(topic, [partition], on_progress=Progress(not args.quiet))
         events = list(decoded_events(records, EventFilter(instances={args.instance})))

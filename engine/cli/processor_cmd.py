@@ -139,7 +139,7 @@ def _run_processor(args: argparse.Namespace) -> int:
     reporter.start()
     with (
         metrics_endpoint(args, metrics.registry, lambda: metrics.ready),
-        stop_on_signals(stop),
+        stop_on_signals(stop, logger=log),
         trigger_bridge(settings, stop),
     ):
         runner.run(stop)
@@ -158,7 +158,7 @@ def _run_all(args: argparse.Namespace) -> int:
     reporter = threading.Thread(target=report_progress, args=(runner, stop), daemon=True)
     with (
         metrics_endpoint(args, registry, lambda: metrics.ready),
-        stop_on_signals(stop, STOP_GRACE_S + worker.shutdown_timeout_s),
+        stop_on_signals(stop, STOP_GRACE_S + worker.shutdown_timeout_s, logger=log),
         trigger_bridge(settings, stop),
     ):
         worker_thread.start()

@@ -153,8 +153,11 @@ def import_modules(names: Iterable[str]) -> list[str]:
 
 
 @contextmanager
-def stop_on_signals(stop: threading.Event, grace_s: float = STOP_GRACE_S) -> Iterator[None]:
-    """Set ``stop`` on SIGTERM and SIGINT (a second signal exits at once).
+def stop_on_signals(
+    stop: threading.Event, grace_s: float = STOP_GRACE_S, *, logger: logging.Logger = log
+) -> Iterator[None]:
+    """Set ``stop`` on SIGTERM and SIGINT (a second signal exits at once), saying so on
+    ``logger`` (the process's own: the worker's by default).
 
     A process that has not stopped ``grace_s`` seconds after the first signal ends itself
     with a log line (exit status 75): a stop must never hang, whatever a Kafka call or an
@@ -165,7 +168,7 @@ def stop_on_signals(stop: threading.Event, grace_s: float = STOP_GRACE_S) -> Ite
         if stop.is_set():
             raise KeyboardInterrupt
         name = signal.Signals(signum).name
-        log.info("received %s, stopping (at most %.0fs)", name, grace_s)
+        logger.info("received %s, stopping (at most %.0fs)", name, grace_s)
         stop.set()
         reason = f"still running {grace_s:.0f}s after {name}"
         watchdog = threading.Timer(grace_s, end_process_stuck, args=(reason,))

@@ -6,10 +6,12 @@ the processor's answer to it (``engine.services.outcomes``) and raises a refusal
 error. Reads never ask the processor anything: the processor keeps
 the latest metadata of every instance on the compacted status topic, and the client folds
 that topic into an in-memory view (:class:`StatusView`). A read waits once, on first use,
-until the view has caught up with the end of the topic as it was when the client started;
-after that ``get`` is a dictionary lookup and every wait is a future resolved by the
-record that satisfies it - a thousand concurrent waits cost a thousand futures, not a
-thousand polling loops.
+until the view holds what was committed on the topic when the client started (never for
+a transaction still open); after that ``get`` is a dictionary lookup and every wait is a
+future resolved by the record that satisfies it - a thousand concurrent waits cost a
+thousand futures, not a thousand polling loops. A read after a command's answer first
+catches up with the instance's partition (:meth:`StatusView.note_answer`), so it shows a
+state at least as new as the answer.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -55,6 +57,7 @@ __all__ = [
     "RETRY_REASON",
     "CommandSink",
     "InstanceState",
+    "StatusFeed",
     "StatusPredicate",
     "StatusView",
     "WorkflowClient",
@@ -102,6 +105,19 @@ class CommandSink(Protocol):
         ...
 
 
+class StatusFeed(Protocol):
+    """What the reader that feeds a :class:`StatusView` offers besides the records."""
+
+    def partition_of(self, instance_id: str) -> int:
+        """The status partition that holds the instance."""
+        ...
+
+    def catch_up(self, partitions: Collection[int], timeout_s: float) -> None:
+        """Block until the view holds every status committed on ``partitions`` as of this
+        call; raise ``WaitTimeoutError`` after ``timeout_s``."""
+        ...
+
+
 # --- the status view -----------------------------------------------------------------------
 
 
@@ -124,8 +140,16 @@ class StatusView:
         self._waiters: dict[str, list[_Waiter]] = {}
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        self._feed: StatusFeed | None = None
+        #: partition -> number of the latest answer about one of its instances not caught up
+        self._behind: dict[int, int] = {}
+        self._answers = 0
         self.records = 0
         self.skipped = 0
+
+    def attach(self, feed: StatusFeed) -> None:
+        """The reader that feeds this view; reads after an answer catch up through it."""
+        self._feed = feed
 
     # --- feeding ----------------------------------------------------------------------------
 
@@ -197,6 +221,39 @@ class StatusView:
             )
         if self._error is not None:
             raise self._error
+
+    def note_answer(self, instance_id: str) -> None:
+        """A command's answer about ``instance_id`` arrived. The answer and the status record
+        of its turn are in one transaction, so it is committed; the next read of the
+        instance catches up with its partition first and shows a state at least as new."""
+        feed = self._feed
+        if feed is None:  # no reader yet: the one started later begins past the answer
+            return
+        partition = feed.partition_of(instance_id)
+        with self._lock:
+            self._answers += 1
+            self._behind[partition] = self._answers
+
+    def wait_current(self, timeout_s: float, instance_id: str | None = None) -> None:
+        """:meth:`wait_ready`, then catch up with the partition of ``instance_id`` (None:
+        every partition) if an answer about one of its instances came since the last time."""
+        self.wait_ready(timeout_s)
+        feed = self._feed
+        with self._lock:
+            if instance_id is None or feed is None:
+                behind = dict(self._behind)
+            else:
+                partition = feed.partition_of(instance_id)
+                behind = {p: n for p, n in self._behind.items() if p == partition}
+        if not behind or feed is None:
+            return
+        feed.catch_up(list(behind), timeout_s)
+        if self._error is not None:
+            raise self._error
+        with self._lock:
+            for partition, answer in behind.items():
+                if self._behind.get(partition) == answer:
+                    del self._behind[partition]
 
     def get(self, instance_id: str) -> InstanceStatus | None:
         with self._lock:
@@ -421,6 +478,7 @@ class WorkflowClient:
             raise
         what = f"{command.KIND} for {command.instance_id!r}"
         outcome = waiters.wait(request_id, future, self.outcome_timeout_s, what)
+        self.view.note_answer(outcome.instance_id)
         return raise_for_refusal(outcome)
 
     def send_expecting(self, command: Message) -> Future[CommandOutcome] | None:
@@ -446,7 +504,9 @@ class WorkflowClient:
         """The answer a :meth:`send_expecting` future brings (refusals included, not
         raised); :class:`CommandTimeoutError` when none came within ``timeout_s``."""
         assert self.outcomes is not None  # a future exists only with an outcome reader
-        return self.outcomes().wait(request_id, future, timeout_s, f"command {request_id}")
+        outcome = self.outcomes().wait(request_id, future, timeout_s, f"command {request_id}")
+        self.view.note_answer(outcome.instance_id)
+        return outcome
 
     def _write(self, command: Message, flush: bool) -> None:
         self.sink.send(command.instance_id.encode("utf-8"), encode_message(command))
@@ -614,7 +674,7 @@ class WorkflowClient:
 
     def get(self, instance_id: str) -> InstanceStatus | None:
         """The latest known status, or None when the instance is unknown (or purged)."""
-        self.view.wait_ready(self.ready_timeout_s)
+        self.view.wait_current(self.ready_timeout_s, instance_id)
         return self.view.get(instance_id)
 
     def list_instances(
@@ -629,7 +689,7 @@ class WorkflowClient:
         """Known instances filtered by status, workflow name, the workflow version they run,
         tags (every pair) and creation time (at or after), newest first: the whole list
         (``list_page`` pages)."""
-        self.view.wait_ready(self.ready_timeout_s)
+        self.view.wait_current(self.ready_timeout_s)
         wanted = list_filter(
             status=status, name=name, version=version, tags=tags, created_after=created_after
         )
@@ -638,12 +698,12 @@ class WorkflowClient:
 
     def list_page(self, collector: PageCollector) -> InstancePage[InstanceStatus]:
         """One page from the live view (which this client holds anyway)."""
-        self.view.wait_ready(self.ready_timeout_s)
+        self.view.wait_current(self.ready_timeout_s)
         return collector.add_all(self.view.snapshot()).page()
 
     def versions(self, name: str | None = None) -> list[VersionCount]:
         """Instances per workflow version, open and ended (``turnstile versions``)."""
-        self.view.wait_ready(self.ready_timeout_s)
+        self.view.wait_current(self.ready_timeout_s)
         return count_versions(self.view.snapshot(), name)
 
     def future(self, instance_id: str, predicate: StatusPredicate) -> Future[InstanceStatus]:

@@ -137,7 +137,7 @@ class ScheduleClient:
 
     def list(self) -> list[dict[str, Any]]:
         """Every schedule, by name."""
-        self.client.view.wait_ready(self.client.ready_timeout_s)
+        self.client.view.wait_current(self.client.ready_timeout_s)
         found = [_described(s) for s in self.client.view.snapshot() if is_schedule_status(s)]
         return sorted((d for d in found if d is not None), key=lambda d: str(d["name"]))
 

@@ -1,6 +1,7 @@
 """Where the dashboard's data comes from: the client's status view, the audit readers of the
 history and dead-letter topics, and the consumer groups. Blocking calls; the web app runs
-them on worker threads."""
+them on worker threads. Every read ends at what was committed when it started (the last
+stable offset), so a busy partition never holds a page up."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.adapters.kafka_groups import describe_group
-from engine.adapters.kafka_history import TopicReader, read_instance_history
+from engine.adapters.kafka_history import ReadEnd, TopicReader, read_instance_history
 from engine.client import Client
 from engine.codec import decode_message
 from engine.config.settings import Settings
@@ -139,7 +140,7 @@ class DashboardSource:
     def dead_letters(self, limit: int = 200) -> dict[str, Any]:
         """The newest ``limit`` dead letters with their reasons (the whole topic is read)."""
         found: list[dict[str, Any]] = []
-        with TopicReader(self.settings) as reader:
+        with TopicReader(self.settings, end=ReadEnd.LAST_STABLE) as reader:
             for record in reader.read(self.topics.dead_letters):
                 found.append(_dead_letter(record.partition, record.offset, record.value))
         found.sort(key=lambda d: d["timestamp_ms"], reverse=True)

@@ -218,3 +218,31 @@ def _completed(engine: object, instances: dict[str, object]) -> int:
         state = engine.client.get(instance)  # type: ignore[attr-defined]
         done += state is not None and state.status is RuntimeStatus.COMPLETED
     return done
+
+
+def test_sigterm_while_a_restore_waits_is_a_clean_stop(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A replica held at restore by an open changelog transaction stops cleanly on SIGTERM:
+    exit status 0, and the lines about the stop are the processor's own."""
+    with running_engine(
+        kafka_bootstrap,
+        partitions=PARTITIONS,
+        replicas=0,
+        workers=0,
+        in_process=False,
+        state_dir=tmp_path,
+    ) as engine:
+        zombie = _zombie(engine.bootstrap, engine.topics.state_changelog)
+        try:
+            replica = engine.start_processor("processor-0")
+            assert isinstance(replica, EngineProcess)
+            replica.wait_for_log("waits for an open transaction")
+            returncode = replica.stop()
+            log = replica.current_log()
+            assert returncode == 0, log[-3000:]
+            assert "INFO engine.processor: received SIGTERM, stopping" in log, log[-3000:]
+            assert "INFO engine.processor: processor processor-0 stopped while restoring" in log
+            assert "error:" not in log and " restored: " not in log, log[-3000:]
+        finally:
+            zombie.abort_transaction(30)

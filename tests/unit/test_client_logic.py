@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +14,7 @@ from engine.core.errors import BrokerError, WaitTimeoutError
 from engine.core.failure import FailureDetails
 from engine.core.history import RuntimeStatus
 from engine.core.messages import (
+    CommandOutcome,
     IdReusePolicy,
     InstanceStatus,
     Message,
@@ -24,6 +26,7 @@ from engine.core.messages import (
 from engine.core.payloads import from_payload, to_payload
 from engine.runtime.registry import Registry
 from engine.services.client import InstanceState, StatusView, WorkflowClient
+from engine.services.outcomes import OutcomeWaiters
 
 
 class FakeSink:
@@ -225,6 +228,78 @@ def test_list_instances_filters(client: WorkflowClient, view: StatusView) -> Non
     assert [s.instance_id for s in client.list_instances(name="wf")] == ["b", "a"]
     after = datetime.fromtimestamp(1.5, UTC)
     assert [s.instance_id for s in client.list_instances(created_after=after)] == ["b"]
+
+
+class _Processor:
+    """Answers every command the sink writes, as a turn does: the answer reaches the
+    client's outcome reader at once, the turn's status record reaches the view only when
+    a read catches up (the status reader lags behind)."""
+
+    def __init__(self, view: StatusView, waiters: OutcomeWaiters) -> None:
+        self.view = view
+        self.waiters = waiters
+        self.unread: list[InstanceStatus] = []
+        self.catch_ups: list[list[int]] = []
+
+    # the command sink
+    def send(self, key: bytes, value: bytes) -> None:
+        command = decode_message(value)
+        assert isinstance(command, TerminateWorkflow)
+        self.unread.append(_status(command.instance_id, RuntimeStatus.TERMINATED))
+        answer = CommandOutcome(
+            command.instance_id,
+            request_id=command.request_id,
+            command=command.KIND,
+            status=RuntimeStatus.TERMINATED,
+        )
+        self.waiters.apply(answer)
+
+    def flush(self, timeout_s: float) -> None:
+        pass
+
+    # the status feed
+    def partition_of(self, instance_id: str) -> int:
+        return 0 if instance_id.startswith("a") else 1
+
+    def catch_up(self, partitions: Collection[int], timeout_s: float) -> None:
+        self.catch_ups.append(sorted(partitions))
+        for status in [s for s in self.unread if self.partition_of(s.instance_id) in partitions]:
+            self.unread.remove(status)
+            self.view.apply(status.instance_id, status)
+
+
+def _status_of(client: WorkflowClient, instance_id: str) -> RuntimeStatus | None:
+    state = client.get(instance_id)
+    return None if state is None else state.status
+
+
+def test_a_read_after_an_answer_shows_a_state_at_least_as_new() -> None:
+    view, waiters = StatusView(), OutcomeWaiters()
+    processor = _Processor(view, waiters)
+    view.attach(processor)
+    view.mark_ready()
+    view.apply("a1", _status("a1", RuntimeStatus.RUNNING))
+    view.apply("b1", _status("b1", RuntimeStatus.RUNNING))
+    client = WorkflowClient(processor, view, registry=Registry(), outcomes=lambda: waiters)
+
+    assert _status_of(client, "a1") is RuntimeStatus.RUNNING
+    assert processor.catch_ups == []  # no answer yet: a read is a lookup
+    client.terminate("a1")
+    assert _status_of(client, "b1") is RuntimeStatus.RUNNING
+    assert processor.catch_ups == []  # another partition: nothing to catch up with
+    assert _status_of(client, "a1") is RuntimeStatus.TERMINATED
+    assert _status_of(client, "a1") is RuntimeStatus.TERMINATED
+    assert processor.catch_ups == [[0]]  # once per answer
+    client.terminate("b1")
+    assert {s.status for s in client.list_instances()} == {RuntimeStatus.TERMINATED}
+    assert processor.catch_ups == [[0], [1]]
+
+
+def test_a_client_without_a_reader_yet_skips_the_catch_up(sink: FakeSink) -> None:
+    view = StatusView()
+    view.note_answer("a1")  # nothing attached: a reader made later starts past the answer
+    view.mark_ready()
+    assert WorkflowClient(sink, view, registry=Registry()).get("a1") is None
 
 
 def test_instance_state_decodes_payloads() -> None:
