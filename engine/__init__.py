@@ -39,6 +39,7 @@ from engine.core.history import ParentClosePolicy
 from engine.runtime.context import WorkflowContext
 from engine.runtime.registry import Registry, activity, default_registry, workflow
 from engine.runtime.retry import RetryPolicy
+from engine.runtime.steps import StepContext, current_step
 from engine.runtime.tasks import Task
 
 #: The release, also the package version (``pyproject.toml`` reads it from here).
@@ -60,6 +61,7 @@ __all__ = [
     "Registry",
     "RetryPolicy",
     "StepBudgetExceededError",
+    "StepContext",
     "Task",
     "TurnstileError",
     "WorkflowContext",
@@ -68,6 +70,7 @@ __all__ = [
     "WorkflowTimeoutError",
     "__version__",
     "activity",
+    "current_step",
     "default_registry",
     "workflow",
 ]

@@ -29,7 +29,7 @@ from engine.core.errors import CodecError
 from engine.core.messages import InstanceStatus
 from engine.services.listing import InstancePage, PageCollector
 
-__all__ = ["StatusFold", "list_page_from_topic"]
+__all__ = ["StatusFold", "fold_status_topic", "list_page_from_topic"]
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +129,18 @@ def list_page_from_topic(
     with contextlib.ExitStack() as stack:
         if fold is None:
             fold = stack.enter_context(StatusFold.temporary())
-        reader = stack.enter_context(TopicReader(settings, end=ReadEnd.LAST_STABLE))
-        for record in reader.read(topic_names(settings.namespace).status, on_progress=on_progress):
-            fold.apply(record.key, record.value)
+        fold_status_topic(settings, fold, on_progress=on_progress)
         collector.add_all(fold.statuses())
     return collector.page()
+
+
+def fold_status_topic(
+    settings: Settings, fold: StatusFold, *, on_progress: ProgressCallback | None = None
+) -> None:
+    """Read the namespace's status topic to its end into ``fold``; ``fold.statuses()``
+    then gives every instance's latest status in instance-id order (the key order), which
+    is the order a bulk job handles them in. Like ``list`` it reads to the last stable offset,
+    so a busy partition never holds it up."""
+    with TopicReader(settings, end=ReadEnd.LAST_STABLE) as reader:
+        for record in reader.read(topic_names(settings.namespace).status, on_progress=on_progress):
+            fold.apply(record.key, record.value)

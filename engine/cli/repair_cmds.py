@@ -12,10 +12,13 @@ import argparse
 import re
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import islice
 from pathlib import Path
 
+from engine.adapters.status_scan import StatusFold, fold_status_topic
 from engine.cli import SubParsers
 from engine.cli.answers import answering_client, print_answer
 from engine.cli.options import (
@@ -263,10 +266,17 @@ def _bulk(args: argparse.Namespace) -> int:
     now_ms = saved.started_ms if saved is not None else int(time.time() * 1000)
     reset_to = args.reset_to or ResetTarget.LAST_FAILURE.value
     spec = JobSpec(args.operation, _filter(args, now_ms), args.reason, reset_to)
-    with Client.from_settings(connected_settings(args), timeout=args.timeout) as client:
-        statuses = [state.raw for state in client.list_instances()]
+    settings = connected_settings(args)
+    # The status topic folded on disk, read back in instance-id order: the job holds one
+    # status at a time, however many instances the namespace has (as `list` does).
+    with (
+        StatusFold.temporary() as fold,
+        Client.from_settings(settings, timeout=args.timeout) as client,
+    ):
+        fold_status_topic(settings, fold)
+        statuses = fold.statuses()
         if args.dry_run:
-            return _dry_run(args.operation, spec.filter.matching(statuses))
+            return _dry_run(args.operation, spec.filter.scan(statuses))
         print(f"bulk {args.operation} {job_id}: position in {position.path}", file=sys.stderr)
         job = BulkJob(
             job_id,
@@ -283,10 +293,13 @@ def _bulk(args: argparse.Namespace) -> int:
     return EXIT_TIMEOUT if summary.timed_out else 0
 
 
-def _dry_run(operation: str, ids: list[str]) -> int:
-    print(f"{len(ids)} instances match; a run would send {operation} to each")
-    for instance_id in ids[:10]:
+def _dry_run(operation: str, ids: Iterator[str]) -> int:
+    """Count the matches, keeping only the first ten to show."""
+    shown = list(islice(ids, 10))
+    more = sum(1 for _ in ids)
+    print(f"{len(shown) + more} instances match; a run would send {operation} to each")
+    for instance_id in shown:
         print(f"  {instance_id}")
-    if len(ids) > 10:
-        print(f"  ... {len(ids) - 10} more")
+    if more:
+        print(f"  ... {more} more")
     return 0

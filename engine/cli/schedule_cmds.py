@@ -27,6 +27,7 @@ from engine.client import Client
 from engine.core.cron import parse_cron
 from engine.core.errors import ScheduleSpecError
 from engine.core.schedules import OverlapPolicy, check_name, parse_duration
+from engine.services.time_zones import resolve_zone
 
 __all__ = ["register"]
 
@@ -77,6 +78,11 @@ def _cron(text: str) -> str:
     return text
 
 
+def _timezone(text: str) -> str:
+    resolve_zone(text)
+    return text
+
+
 def _duration(what: str) -> Callable[[str], Any]:
     return _checked(lambda text: parse_duration(text, what) / 1000)
 
@@ -89,7 +95,9 @@ def _register_create(commands: SubParsers) -> None:
     create.add_argument("name", metavar="NAME", type=_name, help="schedule name")
     when = create.add_mutually_exclusive_group(required=True)
     when.add_argument(
-        "--cron", type=_checked(_cron), help="five-field cron expression in UTC, e.g. '*/5 * * * *'"
+        "--cron",
+        type=_checked(_cron),
+        help="five-field cron expression, e.g. '*/5 * * * *' (in --timezone)",
     )
     when.add_argument("--every", type=_duration("the interval"), help="interval, e.g. 30s, 5m, 1h")
     create.add_argument("--workflow", required=True, help="registered workflow name")
@@ -110,6 +118,13 @@ def _register_create(commands: SubParsers) -> None:
     )
     create.add_argument("--start-at", type=iso_time, help="no slot before this ISO 8601 time")
     create.add_argument("--end-at", type=iso_time, help="no slot after this ISO 8601 time")
+    create.add_argument(
+        "--timezone",
+        type=_checked(_timezone),
+        default="UTC",
+        help="IANA time zone the cron expression reads, e.g. Europe/Paris (default UTC); a "
+        "time a DST change skips has no run that day, one it repeats runs twice",
+    )
     add_answer_flags(create, no_wait=False)
 
 
@@ -126,6 +141,7 @@ def _create(args: argparse.Namespace) -> int:
             catch_up_window=args.catch_up_window,
             start_at=args.start_at,
             end_at=args.end_at,
+            timezone=args.timezone,
             request_id=args.request_id,
         )
     return print_answer(answer)
@@ -171,6 +187,8 @@ def _list(args: argparse.Namespace) -> int:
         print("no schedules")
     for d in found:
         when = d["cron"] or f"every {d['every_ms'] / 1000:g}s"
+        if d.get("timezone", "UTC") != "UTC":
+            when = f"{when} {d['timezone']}"
         print(
             f"{d['name']:<24} {d['state']:<7} {when:<20} {d['workflow']:<20} "
             f"started {d['started']}, next {_time(d['next_fire_ms'])}"

@@ -1,6 +1,7 @@
 """Five-field cron expressions, parsed and searched without any library (pure core).
 
-``minute hour day-of-month month day-of-week``, evaluated in UTC. Each field takes ``*``,
+``minute hour day-of-month month day-of-week``, matched against the wall-clock time of a
+time zone (UTC unless one is given). Each field takes ``*``,
 a number, a range ``a-b``, a step ``*/n``, ``a-b/n`` or ``a/n`` (from ``a`` to the field's
 end), and comma-separated lists of those; months and weekdays also take their English
 three-letter names (``JAN``-``DEC``, ``SUN``-``SAT``; weekday 7 is Sunday too). As in
@@ -8,12 +9,22 @@ Vixie cron, when both day fields are restricted a day matches if either does. Th
 shortcuts ``@yearly``, ``@monthly``, ``@weekly``, ``@daily`` and ``@hourly`` stand for
 their usual expressions. A schedule needs to know the next slot after a given time, and
 nothing else, so that is the one question :meth:`Cron.next_after` answers.
+
+Time zones: the zone comes in as a ``tzinfo`` (an offset for any instant), not as a name.
+Turning a name into offsets reads the system's time zone database (``zoneinfo``), which
+is I/O whose answer depends on the host; the service layer does that
+(``engine/services/time_zones.py``) and this module stays pure. Matching is literal, as in
+Temporal's schedules: an instant is a slot when the wall-clock time in the zone at that
+instant matches the fields. So a time that a spring-forward transition skips (02:30 on
+the night Europe/Paris goes from 02:00 to 03:00) does not occur and its slot is skipped,
+and a time that a fall-back transition repeats (02:30 on the night Paris goes from 03:00
+back to 02:00) occurs twice and is a slot both times, an hour apart.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 
 from engine.core.errors import ScheduleSpecError
 
@@ -38,6 +49,10 @@ _FIELDS = (
 )
 #: How far ahead a search looks before it calls the expression unsatisfiable (Feb 30).
 _HORIZON_YEARS = 8
+#: A zone's offset is checked at least this often between two instants, to find where it
+#: changes: a change and a change back within one probe would go unseen, and in the tz
+#: database two changes of one zone since 1970 are a week apart at the least.
+_OFFSET_PROBE_MS = 86_400_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +75,29 @@ class Cron:
             return in_month or in_week
         return in_month and in_week
 
-    def next_after(self, after_ms: int) -> int:
-        """The first matching minute strictly after ``after_ms`` (epoch ms, UTC)."""
+    def next_after(self, after_ms: int, zone: tzinfo = UTC) -> int:
+        """The first slot strictly after ``after_ms`` (epoch ms): the first instant whose
+        wall-clock time in ``zone`` is a matching minute.
+
+        Between two offset changes the zone's wall clock is UTC shifted by a constant, so
+        the search is the UTC one, shifted; when the offset changes before the slot it
+        found, the search starts again at the change with the new offset (which skips the
+        wall times a spring-forward jumps over and visits again those a fall-back repeats).
+        """
+        if zone is UTC:
+            return self._next_wall_after(after_ms)
+        start = after_ms + 1  # the first instant that may be the slot
+        while True:
+            offset = _offset_ms(zone, start)
+            slot = self._next_wall_after(start - 1 + offset) - offset
+            change = _offset_change(zone, start, slot, offset)
+            if change is None:
+                return slot
+            start = change
+
+    def _next_wall_after(self, after_ms: int) -> int:
+        """The first matching minute strictly after ``after_ms``, both as wall-clock
+        times written as epoch ms (in UTC they are the instants themselves)."""
         when = datetime.fromtimestamp(after_ms // 60000 * 60, UTC) + timedelta(minutes=1)
         limit = when.year + _HORIZON_YEARS
         while when.year <= limit:
@@ -80,6 +116,31 @@ class Cron:
             f"cron expression {self.text!r} matches no time in the next {_HORIZON_YEARS} "
             f"years (a day that does not exist, like February 30?); fix the day fields"
         )
+
+
+def _offset_ms(zone: tzinfo, at_ms: int) -> int:
+    """The zone's offset from UTC at the instant ``at_ms``, in ms."""
+    offset = datetime.fromtimestamp(at_ms // 1000, zone).utcoffset()
+    return 0 if offset is None else offset // timedelta(milliseconds=1)
+
+
+def _offset_change(zone: tzinfo, start_ms: int, end_ms: int, offset_ms: int) -> int | None:
+    """The first instant in ``(start_ms, end_ms]`` where the zone's offset is no longer
+    ``offset_ms`` (it is at ``start_ms``), or None when it holds throughout."""
+    low = start_ms
+    while low < end_ms:
+        high = min(low + _OFFSET_PROBE_MS, end_ms)
+        if _offset_ms(zone, high) == offset_ms:
+            low = high
+            continue
+        while high - low > 1:  # offset(low) is the old one, offset(high) is not
+            middle = (low + high) // 2
+            if _offset_ms(zone, middle) == offset_ms:
+                low = middle
+            else:
+                high = middle
+        return high
+    return None
 
 
 def _next_month(when: datetime) -> datetime:

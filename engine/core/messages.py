@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from engine.core.failure import FailureDetails
 from engine.core.history import RuntimeStatus
+from engine.core.idempotency import call_key
 from engine.core.payloads import Payload
 from engine.core.schedules import ScheduleOp, ScheduleSpec
 
@@ -273,7 +274,7 @@ class ActivityTask(Message):
         """``instance/generation/task id``: one per activity call, the same for every
         attempt and redelivery of it (a retry after a timed-out attempt that did succeed
         must not pay twice); ``attempt`` says which attempt this is."""
-        return f"{self.instance_id}/{self.generation}/{self.task_id}"
+        return call_key(self.instance_id, self.generation, self.task_id)
 
     @property
     def attempt_label(self) -> str:

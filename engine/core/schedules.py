@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from enum import StrEnum
 
 from engine.core.cron import parse_cron
@@ -61,7 +61,7 @@ class ScheduleSpec:
     """What the user asked for: when, what to start, and how runs may overlap."""
 
     workflow: str = ""
-    #: A five-field cron expression (UTC), or "" for an interval schedule.
+    #: A five-field cron expression (in ``timezone``), or "" for an interval schedule.
     cron: str = ""
     #: The interval of an interval schedule (ms; slots at start_at + k * every).
     every_ms: int = 0
@@ -73,6 +73,9 @@ class ScheduleSpec:
     #: No slot before this / after this (epoch ms; 0: no bound).
     start_at_ms: int = 0
     end_at_ms: int = 0
+    #: The IANA time zone whose wall clock the cron expression reads (``Europe/Paris``);
+    #: resolved by the service layer (``engine/services/time_zones.py``), not here.
+    timezone: str = "UTC"
 
 
 @dataclass(slots=True)
@@ -140,12 +143,18 @@ def check_spec(spec: ScheduleSpec) -> ScheduleSpec:
         raise ScheduleSpecError("the catch-up window cannot be negative; use 0 to skip all")
     if spec.end_at_ms and spec.end_at_ms <= spec.start_at_ms:
         raise ScheduleSpecError("the schedule ends before it starts: end-at must be later")
+    if spec.timezone != "UTC" and not spec.cron:
+        raise ScheduleSpecError(
+            "a time zone applies to a cron schedule; an interval runs every so many seconds "
+            "wherever it is (leave out --timezone, or use --cron)"
+        )
     OverlapPolicy(spec.overlap)
     return spec
 
 
-def next_slot(spec: ScheduleSpec, after_ms: int) -> int:
-    """The first slot strictly after ``after_ms`` (0: none, past ``end_at_ms``)."""
+def next_slot(spec: ScheduleSpec, after_ms: int, zone: tzinfo = UTC) -> int:
+    """The first slot strictly after ``after_ms`` (0: none, past ``end_at_ms``); ``zone``
+    is ``spec.timezone`` resolved (the caller's job: it reads the tz database)."""
     if spec.every_ms:
         anchor = spec.start_at_ms
         if after_ms < anchor:
@@ -153,7 +162,7 @@ def next_slot(spec: ScheduleSpec, after_ms: int) -> int:
         else:
             slot = anchor + ((after_ms - anchor) // spec.every_ms + 1) * spec.every_ms
     else:
-        slot = parse_cron(spec.cron).next_after(max(after_ms, spec.start_at_ms - 1))
+        slot = parse_cron(spec.cron).next_after(max(after_ms, spec.start_at_ms - 1), zone)
     if spec.end_at_ms and slot > spec.end_at_ms:
         return 0
     return slot
@@ -179,9 +188,9 @@ class DueSlots:
     next_ms: int
 
 
-def due_slots(spec: ScheduleSpec, first_ms: int, now_ms: int) -> DueSlots:
+def due_slots(spec: ScheduleSpec, first_ms: int, now_ms: int, zone: tzinfo = UTC) -> DueSlots:
     """The slots from ``first_ms`` up to ``now_ms``: those inside the catch-up window are
-    handled, older ones are counted as missed."""
+    handled, older ones are counted as missed (``zone``: as for :func:`next_slot`)."""
     floor = now_ms - spec.catch_up_window_ms
     slots: list[int] = []
     missed = 0
@@ -199,9 +208,10 @@ def due_slots(spec: ScheduleSpec, first_ms: int, now_ms: int) -> DueSlots:
         else:
             slots.append(slot)
         if looked >= MAX_SLOTS_PER_FIRE and not spec.every_ms:
-            slot = next_slot(spec, max(slot, floor - 1))  # counted no further: past the cap
+            # counted no further: past the cap
+            slot = next_slot(spec, max(slot, floor - 1), zone)
             continue
-        slot = next_slot(spec, slot)
+        slot = next_slot(spec, slot, zone)
     return DueSlots(slots, missed, slot)
 
 
@@ -222,6 +232,7 @@ def describe(name: str, state: ScheduleState) -> dict[str, object]:
         "workflow": spec.workflow,
         "version": spec.version,
         "cron": spec.cron,
+        "timezone": spec.timezone,
         "every_ms": spec.every_ms,
         "overlap": spec.overlap.value,
         "catch_up_window_ms": spec.catch_up_window_ms,

@@ -195,8 +195,12 @@ class WorkflowContext:
         """Run ``fn(*args)`` inline, right now, and journal its result.
 
         For short, synchronous, side-effect-light work (formatting, a lookup, a quick
-        computation with non-deterministic inputs): it runs once in the processor and replay
-        uses the journaled result. A failure raises :class:`InlineStepFailedError`.
+        computation with non-deterministic inputs). Its result is recorded once and replay
+        uses it, but the body runs *at least once*: a turn redone before its transaction
+        committed (an aborted transaction, a crashed replica) runs it again. A body with a
+        side effect passes ``engine.current_step().idempotency_key`` (the same on every
+        re-run of this step) to the system it touches, or belongs in an activity. A failure
+        raises :class:`InlineStepFailedError`.
         """
         return self._gen.run_inline(name, fn, args)
 

@@ -41,6 +41,7 @@ from engine.runtime.durable import ChildTask, ConditionTask, EventWait, TimerTas
 from engine.runtime.failures import raised_from
 from engine.runtime.fastjson import decode, encode
 from engine.runtime.journal import Journal
+from engine.runtime.steps import StepContext, run_step
 from engine.runtime.tasks import Task, completed_task, failed_task
 
 if TYPE_CHECKING:
@@ -230,7 +231,7 @@ class Generation:
     ) -> Task[Any]:
         body: InlineStepCompleted | InlineStepFailed
         try:
-            value = fn(*args)
+            value = run_step(StepContext(self.instance_id, self.number, task_id, name), fn, args)
             if isinstance(value, CoroutineType):  # not the ABC: this check is on the hot path
                 value.close()
                 raise WorkflowRuntimeError(

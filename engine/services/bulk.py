@@ -1,8 +1,12 @@
 """Bulk operations: one command per instance that matches a filter, resumable after a crash.
 
-A job reads the status view, keeps the instances its filter matches, and sends each one
-command, in instance-id order, at most ``rate`` per second. Two things make it safe to run
-again after it was killed:
+A job reads every instance's latest status in instance-id order, one at a time (the CLI
+folds the status topic on disk and reads the fold back in key order:
+``engine.adapters.status_scan``, as ``list`` does), keeps the instances its filter matches,
+and sends each one command, at most ``rate`` per second. Its memory is bounded whatever
+the namespace holds: one status at a time, and at most ``window`` commands whose answers it
+has not collected yet (it waits for the oldest before it sends more). Two things make it
+safe to run again after it was killed:
 
 - every command carries a request id made of the job id and the instance id
   (:func:`request_id`), so a command sent twice is applied once (the processor answers the
@@ -26,7 +30,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,6 +51,7 @@ from engine.core.messages import (
     TerminateWorkflow,
 )
 from engine.services.client import reset_command
+from engine.services.listing import ENGINE_ROW_PREFIX
 
 __all__ = [
     "OPERATIONS",
@@ -119,7 +125,10 @@ class BulkFilter:
     ended_after: int | None = None
 
     def predicates(self) -> list[Callable[[InstanceStatus], bool]]:
-        checks: list[Callable[[InstanceStatus], bool]] = []
+        # the engine's own rows (schedules, concurrency slots) are not instances
+        checks: list[Callable[[InstanceStatus], bool]] = [
+            lambda s: not s.instance_id.startswith(ENGINE_ROW_PREFIX)
+        ]
         if self.statuses:
             checks.append(lambda s: s.status in self.statuses)
         if self.name:
@@ -148,6 +157,23 @@ class BulkFilter:
         """The matching instance ids, in the order a job handles them (by id)."""
         checks = self.predicates()
         return sorted(s.instance_id for s in statuses if all(check(s) for check in checks))
+
+    def scan(self, statuses: Iterable[InstanceStatus]) -> Iterator[str]:
+        """The matching ids of ``statuses``, which come in instance-id order (each once),
+        read one at a time; ConfigurationError when the order is broken."""
+        checks = self.predicates()
+        previous: str | None = None
+        for status in statuses:
+            instance_id = status.instance_id
+            if previous is not None and instance_id <= previous:
+                raise ConfigurationError(
+                    f"a bulk job reads statuses in instance-id order, each once, but "
+                    f"{instance_id!r} came after {previous!r}; fold the status topic first "
+                    f"(engine.adapters.status_scan.StatusFold) or sort them by instance_id"
+                )
+            previous = instance_id
+            if all(check(status) for check in checks):
+                yield instance_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +285,9 @@ class CommandPort(Protocol):
 #: not reach the broker (a crash repeats at most the commands since the last save).
 SAVE_EVERY = 50
 SAVE_EVERY_S = 1.0
+#: Commands a job keeps in flight: with this many unanswered it collects the oldest answer
+#: before it sends the next command, so its memory does not grow with the matches.
+ANSWER_WINDOW = 1000
 
 
 @dataclass(slots=True)
@@ -294,7 +323,11 @@ class Summary:
 
 
 class BulkJob:
-    """Sends the job's commands and collects their answers."""
+    """Sends the job's commands and collects their answers.
+
+    ``held_peak`` is the most commands it ever held unanswered at once (what a test counts
+    to show that its memory is bounded by ``window``, not by the matches).
+    """
 
     def __init__(
         self,
@@ -308,6 +341,7 @@ class BulkJob:
         progress: TextIO | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        window: int = ANSWER_WINDOW,
     ) -> None:
         self.job_id = job_id
         self.spec = spec
@@ -316,66 +350,92 @@ class BulkJob:
         self.started_ms = started_ms
         self.rate = rate
         self.progress = progress
+        self.window = max(1, window)
         self._clock = clock
         self._sleep = sleep
+        self._pending: deque[tuple[str, Future[CommandOutcome], float]] = deque()
+        self.held_peak = 0
+        self.answered = 0
 
     def run(self, statuses: Iterable[InstanceStatus], answer_timeout_s: float) -> Summary:
-        saved = self.position.load()
-        last, sent_before = "", 0
-        if saved is not None:
-            if saved.spec != self.spec:
-                raise ConfigurationError(
-                    f"job {self.job_id!r} was started with other options "
-                    f"({json.dumps(saved.spec.to_json())}); resume it with the same options "
-                    f"or choose a new --job-id"
-                )
-            last, sent_before, self.started_ms = saved.last, saved.sent, saved.started_ms
-        ids = self.spec.filter.matching(statuses)
-        todo = [i for i in ids if i > last]
-        summary = Summary(matched=len(ids), skipped=len(ids) - len(todo))
-        futures = self._send_all(todo, sent_before, summary)
-        self._collect(futures, answer_timeout_s, summary)
-        return summary
-
-    def _send_all(
-        self, todo: list[str], sent_before: int, summary: Summary
-    ) -> list[tuple[str, Future[CommandOutcome]]]:
-        futures: list[tuple[str, Future[CommandOutcome]]] = []
+        """Send the job's commands to the matches among ``statuses`` (every instance's
+        latest status in instance-id order, each once; read one at a time) past the saved
+        position; each answer is awaited up to ``answer_timeout_s`` after its command was
+        sent, or after the last one was."""
+        last, sent_before = self._resume()
+        summary = Summary()
         pace = _Pace(self.rate, self._clock, self._sleep)
         shown = saved = self._clock()
-        for index, instance_id in enumerate(todo, 1):
+        unsaved = ""
+        for instance_id in self.spec.filter.scan(statuses):
+            summary.matched += 1
+            if instance_id <= last:
+                summary.skipped += 1
+                continue
             pace.wait()
-            rid = request_id(self.job_id, instance_id)
-            command = OPERATIONS[self.spec.operation](instance_id, self.spec, rid)
-            future = self.port.send_expecting(command)
-            if future is not None:
-                futures.append((rid, future))
-            summary.sent += 1
-            due = self._clock() - saved >= SAVE_EVERY_S
-            if due or index % SAVE_EVERY == 0 or index == len(todo):
-                saved = self._clock()
-                self.port.flush()
-                sent = sent_before + summary.sent
-                self.position.save(Position(self.spec, instance_id, sent, self.started_ms))
-            if self._clock() - shown >= 1.0 or index == len(todo):
+            self._send(instance_id, answer_timeout_s, summary)
+            unsaved = instance_id
+            if self._clock() - saved >= SAVE_EVERY_S or summary.sent % SAVE_EVERY == 0:
+                saved = self._save(unsaved, sent_before + summary.sent)
+                unsaved = ""
+            if self._clock() - shown >= 1.0:
                 shown = self._clock()
-                self._show(f"{index}/{len(todo)} sent, last {instance_id}")
-        return futures
+                self._show(f"{summary.sent} sent, last {instance_id}")
+        if unsaved:
+            self._save(unsaved, sent_before + summary.sent)
+        if summary.sent:
+            self._show(f"{summary.sent} sent of {summary.matched} matches")
+        self._collect(summary, until_empty=True, timeout_s=answer_timeout_s)
+        return summary
 
-    def _collect(
-        self,
-        futures: list[tuple[str, Future[CommandOutcome]]],
-        timeout_s: float,
-        summary: Summary,
-    ) -> None:
-        deadline = self._clock() + timeout_s
-        for rid, future in futures:
+    def _resume(self) -> tuple[str, int]:
+        """The last instance handled and the commands sent before (a new job: "", 0)."""
+        saved = self.position.load()
+        if saved is None:
+            return "", 0
+        if saved.spec != self.spec:
+            raise ConfigurationError(
+                f"job {self.job_id!r} was started with other options "
+                f"({json.dumps(saved.spec.to_json())}); resume it with the same options "
+                f"or choose a new --job-id"
+            )
+        self.started_ms = saved.started_ms
+        return saved.last, saved.sent
+
+    def _send(self, instance_id: str, timeout_s: float, summary: Summary) -> None:
+        if len(self._pending) >= self.window:
+            self._collect(summary, until_empty=False, timeout_s=timeout_s)
+        rid = request_id(self.job_id, instance_id)
+        command = OPERATIONS[self.spec.operation](instance_id, self.spec, rid)
+        future = self.port.send_expecting(command)
+        if future is not None:
+            self._pending.append((rid, future, self._clock() + timeout_s))
+            self.held_peak = max(self.held_peak, len(self._pending))
+        summary.sent += 1
+
+    def _save(self, last: str, sent: int) -> float:
+        self.port.flush()
+        self.position.save(Position(self.spec, last, sent, self.started_ms))
+        return self._clock()
+
+    def _collect(self, summary: Summary, *, until_empty: bool, timeout_s: float) -> None:
+        """Count the oldest answers: until the window has room, or all of them (each
+        waits until its command's deadline, at the end at least ``timeout_s`` from now)."""
+        if self._pending:
+            self.port.flush()  # an answer can only come for a command on the broker
+        floor = self._clock() + timeout_s if until_empty else 0.0
+        collected = 0
+        while self._pending and (until_empty or len(self._pending) >= self.window):
+            rid, future, deadline = self._pending.popleft()
+            wait = max(deadline, floor) - self._clock()
             try:
-                summary.count(self.port.answer(rid, future, max(0.0, deadline - self._clock())))
+                summary.count(self.port.answer(rid, future, max(0.0, wait)))
             except CommandTimeoutError:
                 summary.timed_out += 1
-        if futures:
-            self._show(f"{len(futures)} answers collected")
+            collected += 1
+        self.answered += collected
+        if until_empty and self.answered:
+            self._show(f"{self.answered} answers collected")
 
     def _show(self, line: str) -> None:
         if self.progress is not None:

@@ -30,6 +30,7 @@ from engine.core.schedules import (
     schedule_id,
 )
 from engine.services.client import WorkflowClient
+from engine.services.time_zones import resolve_zone
 
 Duration = timedelta | float | str
 
@@ -79,10 +80,12 @@ class ScheduleClient:
         catch_up_window: Duration | None = None,
         start_at: datetime | None = None,
         end_at: datetime | None = None,
+        timezone: str = "UTC",
         request_id: str | None = None,
         wait: bool = True,
     ) -> CommandOutcome | None:
-        """Create a schedule (ScheduleAlreadyExistsError if the name is taken)."""
+        """Create a schedule (ScheduleAlreadyExistsError if the name is taken); a cron
+        expression reads the wall clock of ``timezone`` (an IANA name)."""
         window = DEFAULT_CATCH_UP_WINDOW_MS
         if catch_up_window is not None:
             window = duration_ms(catch_up_window, "the catch-up window")
@@ -96,8 +99,10 @@ class ScheduleClient:
             catch_up_window_ms=window,
             start_at_ms=_epoch_ms(start_at),
             end_at_ms=_epoch_ms(end_at),
+            timezone=timezone,
         )
         check_spec(spec)
+        resolve_zone(timezone)  # an unknown name fails here, before anything is sent
         return self._send(name, ScheduleOp.CREATE, request_id, wait, spec=spec)
 
     def pause(self, name: str, reason: str = "", **options: Any) -> CommandOutcome | None:
@@ -166,9 +171,10 @@ class ScheduleMethods:
     def create_schedule(
         self, name: str, workflow: Any, input: Any = None, **options: Any
     ) -> CommandOutcome | None:
-        """Start ``workflow`` at every slot of ``cron=`` (five fields, UTC) or ``every=``
-        (a timedelta, seconds or '30s'); ``overlap=`` SKIP, BUFFER_ONE or ALLOW_ALL,
-        ``catch_up_window=``, ``start_at=``/``end_at=``, ``version=``. Raises
+        """Start ``workflow`` at every slot of ``cron=`` (five fields, in ``timezone=``,
+        an IANA name, default UTC) or ``every=`` (a timedelta, seconds or '30s');
+        ``overlap=`` SKIP, BUFFER_ONE or ALLOW_ALL, ``catch_up_window=``,
+        ``start_at=``/``end_at=``, ``version=``. Raises
         ScheduleSpecError before sending a bad definition, ScheduleAlreadyExistsError
         when the name is taken."""
         return self._schedule_client().create(name, workflow, input, **options)

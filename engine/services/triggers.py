@@ -8,6 +8,13 @@ The command's request id names the record (topic, partition, offset), so the pro
 de-duplication would also recognise it. A record that cannot be mapped (no key, a missing
 header or field, a value that is not JSON or not Avro of the schema) goes to dead letters
 with the reason, as a :class:`Unmapped`.
+
+A record can also fail its whole batch on every try: its command is refused by the
+producer or the broker (larger than the commands topic takes, an invalid record), or
+mapping it raises. :class:`Quarantine` finds that record and, after
+:data:`REFUSALS_BEFORE_DEAD_LETTER` failures in a row, sends it to dead letters instead,
+so the topic goes on (:func:`given_up`); failures that are not about one record (the
+broker is away, the producer was fenced) are retried for ever, as before.
 """
 
 from __future__ import annotations
@@ -42,6 +49,80 @@ class Outgoing:
     key: bytes
     value: bytes
     headers: Headers = ()
+
+
+#: Failures in a row, each caused by the same record, before the record goes to dead letters.
+REFUSALS_BEFORE_DEAD_LETTER = 3
+
+Place = tuple[str, int, int]
+"""Where a business record was read: topic, partition, offset."""
+
+
+def place_of(record: RawRecord) -> Place:
+    return (record.topic, record.partition, record.offset)
+
+
+class Quarantine:
+    """Finds the record that keeps the bridge's batch from committing, and gives up on it.
+
+    A batch fails as a whole, and a refusal does not always name its record: the broker
+    refuses a whole record batch (small records sent with a too large one are refused with
+    it), and several records may map to the same instance (the same key). So after a
+    refusal the bridge *isolates*: it handles the next ``isolate_for`` records one per
+    transaction, where a refusal names its record for sure (a record whose mapping raised
+    is named at once). The record refused ``limit`` times in a row (its :meth:`verdict` is
+    then the reason) goes to dead letters; once it is committed there, whole batches resume.
+    """
+
+    def __init__(self, limit: int = REFUSALS_BEFORE_DEAD_LETTER, isolate_for: int = 500) -> None:
+        self.limit = max(1, limit)
+        self.isolate_for = isolate_for
+        #: Records still to handle one per transaction (0: whole batches).
+        self.isolating = 0
+        self._suspect: Place | None = None
+        self._strikes = 0
+        self._reason = ""
+
+    def batch_refused(self) -> None:
+        """A refusal that names no single record: isolate the records that follow."""
+        self.isolating = self.isolate_for
+
+    def record_refused(self, place: Place, reason: str) -> int:
+        """The record at ``place`` failed its batch; returns its failures in a row."""
+        if place == self._suspect:
+            self._strikes += 1
+        else:
+            self._suspect, self._strikes = place, 1
+        self._reason = reason
+        self.isolating = max(self.isolating, 1)
+        return self._strikes
+
+    def verdict(self, place: Place) -> str | None:
+        """Why the record at ``place`` goes to dead letters, or None while it may still pass."""
+        if place == self._suspect and self._strikes >= self.limit:
+            return f"it failed its batch {self._strikes} times in a row: {self._reason}"
+        return None
+
+    def committed(self, places: list[Place]) -> None:
+        """These records were committed (as commands or dead letters)."""
+        if self._suspect in places:
+            dead = self._strikes >= self.limit
+            self._suspect, self._strikes, self._reason = None, 0, ""
+            if dead:
+                self.isolating = 0
+                return
+        self.isolating = max(0, self.isolating - len(places))
+
+
+def given_up(
+    trigger: Trigger,
+    record: RawRecord,
+    dead_letters: str,
+    reason: str,
+    max_record_bytes: int = 1_000_000,
+) -> Outgoing:
+    """The dead letter of a record the bridge gave up on (``reason``: its verdict)."""
+    return _dead_letter(trigger, record, dead_letters, reason, max_record_bytes)
 
 
 def request_id(record: RawRecord) -> str:
@@ -90,11 +171,17 @@ def route(
                 f"({max_record_bytes}); send smaller values, or raise the setting"
             )
     except Unmapped as exc:
-        reason = f"trigger {trigger.describe()}: {exc.reason}"
-        cut, reason = fit_dead_letter(record.value, reason, max_record_bytes)
-        letter, headers = dead_letter_of(replace(record, value=cut), record.topic, reason)
-        return Outgoing(dead_letters, record.key or b"", letter, headers)
+        return _dead_letter(trigger, record, dead_letters, exc.reason, max_record_bytes)
     return Outgoing(commands, instance_key(command.instance_id), value)
+
+
+def _dead_letter(
+    trigger: Trigger, record: RawRecord, dead_letters: str, why: str, max_record_bytes: int
+) -> Outgoing:
+    reason = f"trigger {trigger.describe()}: {why}"
+    cut, reason = fit_dead_letter(record.value, reason, max_record_bytes)
+    letter, headers = dead_letter_of(replace(record, value=cut), record.topic, reason)
+    return Outgoing(dead_letters, record.key or b"", letter, headers)
 
 
 _NO_VALUE = object()

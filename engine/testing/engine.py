@@ -40,6 +40,7 @@ from engine.services.client import (
     WorkflowClient,
     is_completed,
 )
+from engine.services.dead_letters import FirstPerSource, source_place
 from engine.services.outcomes import OutcomeWaiters
 from engine.services.processor.memory_store import MemoryPartitionStore
 from engine.services.processor.partition import Environment, PartitionProcessor
@@ -414,13 +415,16 @@ class TestEngine(ScheduleMethods):
         return murmur2_partition(instance_id.encode(), len(self.processors))
 
     def dead_letters(self) -> list[DeadLetter]:
-        """The dead letters written so far, decoded."""
+        """The dead letters written so far, decoded: one per source record, as every
+        reader of dead letters shows them."""
         out = []
+        firsts = FirstPerSource()
         for r in self.log.read(self.topics.dead_letters):
             assert r.value is not None
             letter = decode_message(r.value)
             assert isinstance(letter, DeadLetter)
-            out.append(letter)
+            if firsts.first(source_place(letter)):
+                out.append(letter)
         return out
 
     # --- the loop ---------------------------------------------------------------------------

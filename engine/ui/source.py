@@ -21,6 +21,7 @@ from engine.core.errors import CodecError, ConfigurationError, InstanceNotFoundE
 from engine.core.history import RuntimeStatus
 from engine.core.messages import CommandOutcome, DeadLetter, InstanceStatus
 from engine.runtime.jsonhistory import history_to_json
+from engine.services.dead_letters import FirstPerSource
 from engine.ui.views import filter_from_query, pending_work, select
 
 __all__ = ["ACTIONS", "ActionOutcome", "DashboardSource"]
@@ -138,13 +139,17 @@ class DashboardSource:
         return {"processors": processors.to_dict(), "workers": workers.to_dict()}
 
     def dead_letters(self, limit: int = 200) -> dict[str, Any]:
-        """The newest ``limit`` dead letters with their reasons (the whole topic is read)."""
+        """The newest ``limit`` dead letters with their reasons (the whole topic is read),
+        one per source record: a worker that crashed may have written one twice."""
         found: list[dict[str, Any]] = []
+        firsts = FirstPerSource()
         with TopicReader(self.settings, end=ReadEnd.LAST_STABLE) as reader:
             for record in reader.read(self.topics.dead_letters):
-                found.append(_dead_letter(record.partition, record.offset, record.value))
+                item = _dead_letter(record.partition, record.offset, record.value)
+                if firsts.first(_source(item)):
+                    found.append(item)
         found.sort(key=lambda d: d["timestamp_ms"], reverse=True)
-        return {"total": len(found), "items": found[:limit]}
+        return {"total": len(found), "repeats": firsts.repeats, "items": found[:limit]}
 
     # --- actions ----------------------------------------------------------------------------
 
@@ -234,6 +239,13 @@ def _summary(status: InstanceStatus) -> dict[str, Any]:
         "tags": dict(status.tags),
         "parent_instance_id": status.parent_instance_id,
     }
+
+
+def _source(item: dict[str, Any]) -> tuple[str, int, int] | None:
+    """The source place of a listed dead letter (None: unreadable, or made by the engine)."""
+    if "source_offset" not in item or item["source_offset"] < 0:
+        return None
+    return (item["source_topic"], item["source_partition"], item["source_offset"])
 
 
 def _dead_letter(partition: int, offset: int, value: bytes | None) -> dict[str, Any]:

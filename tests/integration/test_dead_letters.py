@@ -101,3 +101,35 @@ def test_bad_records_go_to_dead_letters_and_the_partitions_go_on(engine: Running
     # the misplaced start was not run on the wrong partition
     assert engine.client.get(misplaced_key) is None
     assert misplaced_key not in engine.histories()
+
+
+def test_the_dashboard_lists_a_dead_letter_written_twice_once(kafka_bootstrap: str) -> None:
+    """A worker that crashed before committing a task's offset reads the task again and
+    writes its dead letter again (same source place, same key): the dashboard's view shows
+    one. Letters with no source record (offset -1) are all shown."""
+    from engine.services.dead_letters import dead_letter_of
+    from engine.services.records import RawRecord
+    from engine.ui.source import DashboardSource
+
+    with running_engine(kafka_bootstrap, partitions=2, replicas=0, workers=0) as engine:
+        tasks = engine.topics.activity_tasks
+        unusable = RawRecord(1, 7, b"i-1", b"\x00not a task", 1000, tasks)
+        value, headers = dead_letter_of(unusable, tasks, "undecodable task")
+        for _ in range(2):  # the first life of the worker, then the one after its crash
+            engine.produce(engine.topics.dead_letters, value, b"i-1", headers=list(headers))
+        other = RawRecord(1, 8, b"i-1", b"\x00another", 2000, tasks)
+        value, headers = dead_letter_of(other, tasks, "undecodable task")
+        engine.produce(engine.topics.dead_letters, value, b"i-1", headers=list(headers))
+        for ms in (3000, 4000):  # expired kept events: the engine's own, no source record
+            kept = RawRecord(0, -1, b"i-2", b"event", ms, engine.topics.commands)
+            value, headers = dead_letter_of(kept, engine.topics.commands, "expired")
+            engine.produce(engine.topics.dead_letters, value, b"i-2", headers=list(headers))
+
+        source = DashboardSource(engine.settings)
+        try:
+            listed = source.dead_letters()
+        finally:
+            source.close()
+    assert (listed["total"], listed["repeats"]) == (4, 1)
+    places = [(d["source_partition"], d["source_offset"]) for d in listed["items"]]
+    assert sorted(places) == [(0, -1), (0, -1), (1, 7), (1, 8)]

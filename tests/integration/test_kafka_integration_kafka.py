@@ -136,3 +136,61 @@ def test_triggers_start_workflows_raise_events_and_dead_letter_the_rest(
         assert len(started) == 1
         assert from_payload(started[0].body.input) == {"out": out, "total": 0}  # type: ignore[attr-defined]
         assert len(read_topic(kafka_bootstrap, out)) == 6
+
+
+def test_a_trigger_record_the_broker_refuses_goes_to_dead_letters_alone(
+    kafka_bootstrap: str, make_topic: Any
+) -> None:
+    """The commands topic takes less than the engine's limits (a misconfigured cluster), so
+    the broker refuses one record's command and the whole transaction with it, on every
+    try. The bridge finds that record, writes its dead letter after three refusals in a
+    row, and the records beside it still start their workflows."""
+    from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    from engine.adapters.kafka_admin import admin_for
+    from engine.services.triggers import REFUSALS_BEFORE_DEAD_LETTER
+
+    orders = make_topic(partitions=1, prefix="biz-big")
+    out = make_topic(partitions=1, prefix="out")
+    triggers = (Trigger(topic=orders, workflow="pub.order"),)
+    with running_engine(
+        kafka_bootstrap,
+        partitions=2,
+        modules=MODULES,
+        settings_changes={"publish_topics": (out,), "triggers": triggers},
+    ) as engine:
+        admin = admin_for(engine.settings)
+        entry = ConfigEntry(
+            "max.message.bytes", "20000", incremental_operation=AlterConfigOpType.SET
+        )
+        resource = ConfigResource("topic", engine.topics.commands, incremental_configs=[entry])
+        for future in admin.incremental_alter_configs([resource]).values():
+            future.result(30)
+        bridge = TriggerBridge(engine.settings)
+        handle = ThreadProcess("triggers", bridge.run).start()
+        try:
+            produce(
+                kafka_bootstrap,
+                orders,
+                [
+                    (b"small-1", {"out": out, "total": 1}),
+                    (b"big", {"out": out, "total": 2, "pad": "x" * 30_000}),
+                    (b"small-2", {"out": out, "total": 3}),
+                ],
+            )
+            for instance in ("small-1", "small-2"):
+                state = engine.wait_for_completion(instance, 120)
+                assert state.status is RuntimeStatus.COMPLETED
+            wait_until(lambda: bridge.dead_letters == 1, 120, what="the refused record's letter")
+        finally:
+            handle.stop()
+        assert handle.error is None, handle.error
+        (letter,) = [decode_message(r.value or b"") for r in engine.dead_letters()]
+        assert isinstance(letter, DeadLetter)
+        assert (letter.source_topic, letter.source_offset) == (orders, 1)
+        assert f"{REFUSALS_BEFORE_DEAD_LETTER} times in a row" in letter.reason, letter.reason
+        assert "refused" in letter.reason, letter.reason
+        assert json.loads(letter.value or b"")["total"] == 2  # the record is kept whole
+        assert bridge.refusals >= REFUSALS_BEFORE_DEAD_LETTER
+        assert engine.client.get("big") is None
+        assert len(read_topic(kafka_bootstrap, out)) == 2

@@ -43,7 +43,8 @@ def env() -> Iterator[TestEngine]:
 
 
 def _statuses(env: TestEngine) -> list[InstanceStatus]:
-    return env.client.list_instances()
+    """Every status in instance-id order, as the CLI reads them back from its fold."""
+    return sorted(env.client.list_instances(), key=lambda s: s.instance_id)
 
 
 def _start(env: TestEngine, count: int, workflow: str = "idle") -> list[str]:
@@ -188,3 +189,36 @@ def test_filters_on_tags_and_a_resume_keeps_them(tmp_path: Path) -> None:
     PositionFile(tmp_path, "t").save(Position(spec, "a", 1, 0))
     saved = PositionFile(tmp_path, "t").load()
     assert saved is not None and saved.spec == spec
+
+
+def test_a_job_holds_a_window_of_commands_not_the_matches(env: TestEngine, tmp_path: Path) -> None:
+    ids = _start(env, 10)
+    job = BulkJob("w", JobSpec("suspend"), env.client, PositionFile(tmp_path, "w"), window=3)
+    pulled: list[int] = []
+
+    def lazily() -> Iterator[InstanceStatus]:
+        for index, status in enumerate(_statuses(env)):
+            # the job answered all but a window's worth before it asks for the next status
+            assert job.answered >= index - 3, (index, job.answered)
+            pulled.append(index)
+            yield status
+
+    summary = job.run(lazily(), 30)
+    assert (summary.matched, summary.sent, summary.applied, summary.timed_out) == (10, 10, 10, 0)
+    assert job.held_peak == 3 and job.answered == 10 and len(pulled) == 10
+    env.run()
+    assert {env.get(i).status for i in ids} == {RuntimeStatus.SUSPENDED}  # type: ignore[union-attr]
+    assert PositionFile(tmp_path, "w").load() == Position(JobSpec("suspend"), ids[-1], 10, 0)
+
+
+def test_statuses_out_of_id_order_are_refused(env: TestEngine, tmp_path: Path) -> None:
+    _start(env, 2)
+    backwards = list(reversed(_statuses(env)))
+    with pytest.raises(ConfigurationError, match="instance-id order"):
+        _job(env, tmp_path, JobSpec("suspend")).run(backwards, 30)
+
+
+def test_the_engines_own_rows_are_never_matched() -> None:
+    rows = [InstanceStatus("a"), InstanceStatus("~schedules/nightly")]
+    assert BulkFilter().matching(rows) == ["a"]
+    assert list(BulkFilter().scan(rows)) == ["a"]

@@ -18,7 +18,7 @@ from engine.core.errors import ConfigurationError, TriggerError
 from engine.core.messages import DeadLetter, IdReusePolicy, RaiseEvent, StartWorkflow
 from engine.core.payloads import from_payload
 from engine.services.records import RawRecord
-from engine.services.triggers import Unmapped, command_for, route
+from engine.services.triggers import Quarantine, Unmapped, command_for, given_up, route
 
 ORDER = {
     "type": "record",
@@ -172,3 +172,56 @@ def test_flags_add_to_the_config_and_a_trigger_must_name_a_registered_workflow()
         with_integration_flags(base, ["orders:other"], [])
     with pytest.raises(TriggerError, match="'ship', which is not registered"):
         check_integration_topics(settings, Registry())
+
+
+def test_a_refused_batch_is_isolated_and_its_record_given_up_after_the_limit() -> None:
+    q = Quarantine(limit=3, isolate_for=10)
+    bad, good = ("orders", 0, 5), ("orders", 0, 4)
+    q.batch_refused()  # a batch of many records: which one is not known
+    assert q.isolating == 10
+    q.committed([good])  # one record per transaction now; the one before it passes
+    assert q.isolating == 9 and q.verdict(good) is None
+    for strikes in (1, 2, 3):
+        assert q.verdict(bad) is None  # still tried as a command
+        assert q.record_refused(bad, "MSG_SIZE_TOO_LARGE") == strikes
+    reason = q.verdict(bad)
+    assert reason is not None and "3 times in a row" in reason and "MSG_SIZE_TOO_LARGE" in reason
+    assert q.verdict(good) is None
+    q.committed([bad])  # its dead letter is committed: whole batches again
+    assert q.isolating == 0 and q.verdict(bad) is None
+
+
+def test_only_failures_in_a_row_of_one_record_count() -> None:
+    q = Quarantine(limit=2)
+    q.record_refused(("t", 0, 1), "x")
+    q.record_refused(("t", 0, 2), "y")  # another record: it starts its own count
+    assert q.verdict(("t", 0, 1)) is None and q.verdict(("t", 0, 2)) is None
+    q.committed([("t", 0, 2)])  # it passed after all (the cause went away)
+    q.record_refused(("t", 0, 2), "y")
+    assert q.verdict(("t", 0, 2)) is None
+
+
+def test_a_given_up_record_is_a_dead_letter_with_the_reason_and_its_value() -> None:
+    out = given_up(Trigger("orders", "ship"), rec({"id": 1}), "d", "it failed 3 times")
+    letter = decode_message(out.value)
+    assert out.topic == "d" and isinstance(letter, DeadLetter)
+    assert "it failed 3 times" in letter.reason and letter.source_offset == 41
+    assert json.loads(letter.value or b"") == {"id": 1}
+
+
+def test_only_refusals_about_one_record_are_held_against_it() -> None:
+    from confluent_kafka import KafkaError
+
+    from engine.adapters.kafka_triggers import is_record_refusal
+
+    assert is_record_refusal(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+    for outage in (
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,  # every record would be refused: not one's
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    ):
+        assert not is_record_refusal(KafkaError(outage)), outage
+    assert not is_record_refusal(None)

@@ -37,6 +37,7 @@ from engine.services.processor import keys
 from engine.services.processor.batch import Batch
 from engine.services.processor.command_outcomes import Verdict, accepted, refused
 from engine.services.processor.state import Loaded
+from engine.services.time_zones import resolve_zone
 
 #: Timer task id of a schedule's next slot.
 SCHEDULE_TIMER = -3
@@ -74,13 +75,14 @@ def _create(b: Batch, item: Loaded, msg: ScheduleCommand, now_ms: int) -> Verdic
         if msg.spec is None:
             raise ScheduleSpecError("a CREATE needs the schedule's spec")
         spec = check_spec(msg.spec)
+        zone = resolve_zone(spec.timezone)
         b.env.limits.check("workflow_input", f"the input of schedule {name!r}", spec.input)
     except (ScheduleSpecError, PayloadTooLargeError) as exc:
         return refused("ScheduleDefinitionError", str(exc))
     state = ScheduleState(spec=spec, created_ms=now_ms)
     meta.schedule = state
     meta.last_updated_ms = now_ms
-    _arm(b, meta.instance_id, state, next_slot(spec, now_ms - 1))
+    _arm(b, meta.instance_id, state, next_slot(spec, now_ms - 1, zone))
     b.save(meta)
     return accepted(_next_text(state))
 
@@ -99,8 +101,12 @@ def _resume(
 ) -> Verdict:
     if not state.paused:
         return accepted("the schedule was not paused")
+    try:
+        zone = resolve_zone(state.spec.timezone)
+    except ScheduleSpecError as exc:
+        return refused("ScheduleDefinitionError", f"cannot resume: {exc}")
     state.paused, state.note = False, ""
-    _arm(b, item.meta.instance_id, state, next_slot(state.spec, now - 1))
+    _arm(b, item.meta.instance_id, state, next_slot(state.spec, now - 1, zone))
     _touch(b, item, now)
     return accepted(f"resumed (the slots while it was paused are not run); {_next_text(state)}")
 
@@ -147,7 +153,14 @@ def fire(b: Batch, item: Loaded, timer: keys.TimerKey, now_ms: int) -> None:
     if state is None or state.paused or timer.fire_at_ms != state.next_fire_ms:
         b.counters.reject("ScheduleTimer")  # deleted, paused or re-armed since: stale
         return
-    due = due_slots(state.spec, state.next_fire_ms, now_ms)
+    try:
+        zone = resolve_zone(state.spec.timezone)
+    except ScheduleSpecError as exc:  # a replica whose tz database lacks the zone
+        _disarm(b, item.meta.instance_id, state)
+        state.paused, state.note = True, f"paused by the engine: {exc}; then resume it"
+        _touch(b, item, now_ms)
+        return
+    due = due_slots(state.spec, state.next_fire_ms, now_ms, zone)
     state.skipped_missed += due.missed
     for slot in due.slots:
         _slot(b, item, state, slot, triggered=False)
