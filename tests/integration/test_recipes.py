@@ -44,6 +44,8 @@ RUN_TIMEOUT = 300
 COMPLETION_TIMEOUT = 120
 M2 = Path.home() / ".m2" / "repository"
 AVRO_TOOLS_GLOB = "org/apache/avro/avro-tools/*/avro-tools-*.jar"
+#: Where Go's installer puts it, which a non-login shell's PATH may lack.
+STANDARD_PLACES = Path("/usr/local/go/bin")
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ def _unavailable(reason: str) -> None:
 
 
 def _need(tool: str, install: str) -> str:
-    path = shutil.which(tool)
+    path = shutil.which(tool) or shutil.which(tool, path=str(STANDARD_PLACES))
     if path is None:
         _unavailable(f"{tool} is not installed: {install}")
     assert path is not None
@@ -102,7 +104,7 @@ def _java(out: Path) -> Recipe:
 def _go(out: Path) -> Recipe:
     go = _need("go", "Go 1.26 or later (https://go.dev/dl)")
     binary = out / "send-command"
-    _build([go, "build", "-o", str(binary), "."], RECIPES / "go")
+    _build([go, "build", "-buildvcs=false", "-o", str(binary), "."], RECIPES / "go")
     return Recipe((str(binary),))
 
 
