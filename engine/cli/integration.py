@@ -1,8 +1,9 @@
 """The processor's Kafka integration flags, and the checks before it runs them.
 
-Published-to and trigger topics belong to the user: the engine never creates them (a typo
-would otherwise become a new topic), so ``run processor`` refuses to start while one is
-missing, and a trigger must name a registered workflow.
+Published-to and trigger topics belong to the user: a running engine never creates them (a
+typo would otherwise become a new topic), so ``run processor`` refuses to start while one is
+missing, and a trigger must name a registered workflow. ``topics apply --spec FILE`` creates
+the ones a spec declares under ``[user-topics]``.
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ def check_integration_topics(settings: Settings, registry: Registry) -> None:
     if missing:
         raise ConfigurationError(
             f"topic(s) {', '.join(missing)} (publish_topics or triggers) do not exist; the "
-            f"engine never creates user topics: create them (kafka-topics.sh --create, or "
-            f"your platform's tooling) or fix the name"
+            f"engine never creates user topics on its own: declare them under [user-topics] "
+            f"in a topics spec and run 'turnstile topics apply --spec FILE', create them "
+            f"otherwise (kafka-topics.sh --create, your platform's tooling), or fix the name"
         )
 
 

@@ -1,5 +1,5 @@
 """``topics apply`` and ``topics check``: keep the cluster's topics as ``topics/topics.toml``
-declares them.
+declares them (and the user topics a spec of your own declares, ``--spec``).
 
 ``check`` is read-only and exits 1 on any difference, so deploy scripts and CI can gate on
 it. ``apply`` creates what is missing, repairs drifted configs only with ``--fix-config``,
@@ -86,7 +86,10 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         "of three or more brokers and 1 otherwise)",
     )
     group.add_argument(
-        "--spec", metavar="FILE", help="topics spec (default: the installed topics.toml)"
+        "--spec",
+        metavar="FILE",
+        help="topics spec (default: the installed topics.toml); the [user-topics] it declares "
+        "(topics workflows publish to, trigger topics) are created and checked too",
     )
     group.add_argument(
         "--task-queue",

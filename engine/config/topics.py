@@ -1,6 +1,12 @@
 """The engine's Kafka topics: their names, the declarative spec in ``topics/topics.toml``,
 the desired state it implies for given settings, and a pure diff against what a cluster has.
 
+A spec may also declare topics of the user's (``[user-topics.NAME]``): the ones workflows
+publish to (``publish_topics``) and trigger topics the deployment owns. ``topics apply``
+creates them and ``topics check`` reports their drift like the engine's own, so one reviewed
+file holds every topic a deployment needs; a running engine still never creates a topic
+(a misspelled ``ctx.publish`` topic must fail, not appear).
+
 Everything here is plain data and logic, so it can be tested without a broker; the Kafka
 side (describe, create, alter) lives in ``engine.adapters.kafka_admin``.
 
@@ -13,9 +19,10 @@ drift so that the tools can refuse to run on it.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +34,9 @@ from engine.core.task_queues import DEFAULT_TASK_QUEUE, check_task_queue
 
 MIN_INSYNC = "min.insync.replicas"
 MAX_MESSAGE = "max.message.bytes"
+USER_TOPICS = "user-topics"
+#: What Kafka accepts as a topic name.
+KAFKA_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 # --- names --------------------------------------------------------------------------------
@@ -98,6 +108,10 @@ class TopicsSpec:
     topics: tuple[TopicSpec, ...]
     copartitioned: tuple[str, ...]
     source: str = ""
+    #: Topics of the user's (``[user-topics.NAME]``): the ones workflows publish to and
+    #: trigger topics the deployment owns. Named in full, not under the namespace; created
+    #: by ``topics apply`` like the engine's own, never by a running engine.
+    user_topics: tuple[TopicSpec, ...] = ()
 
     def topic(self, name: str) -> TopicSpec:
         for topic in self.topics:
@@ -122,7 +136,7 @@ def with_task_queues(spec: TopicsSpec, queues: Iterable[str]) -> TopicsSpec:
         for q in sorted({check_task_queue(q) for q in queues} - {DEFAULT_TASK_QUEUE})
         if f"{base.name}.{q}" not in have
     )
-    return TopicsSpec(spec.topics + extra, spec.copartitioned, spec.source)
+    return replace(spec, topics=spec.topics + extra)
 
 
 def default_spec_path() -> Path:
@@ -149,24 +163,45 @@ def parse_spec(data: Mapping[str, Any], source: str = "<spec>") -> TopicsSpec:
     if not isinstance(table, dict):
         raise ConfigurationError(f"{source}: [topics] must be a table of topics")
     topics = tuple(_topic(name, body, defaults, source) for name, body in table.items())
-    spec = TopicsSpec(topics, tuple(data.get("copartition", {}).get("topics", ())), source)
+    copartitioned = tuple(data.get("copartition", {}).get("topics", ()))
+    spec = TopicsSpec(topics, copartitioned, source, _user_topics(data, defaults, source))
     _validate(spec)
     return spec
 
 
-def _topic(name: str, body: Any, defaults: Mapping[str, str], source: str) -> TopicSpec:
+def _user_topics(
+    data: Mapping[str, Any], defaults: Mapping[str, str], source: str
+) -> tuple[TopicSpec, ...]:
+    """The ``[user-topics.NAME]`` tables: named in full, so each name must be one that
+    Kafka accepts (the engine's own are checked against the list it knows instead)."""
+    table = data.get(USER_TOPICS, {})
+    if not isinstance(table, dict):
+        raise ConfigurationError(f"{source}: [{USER_TOPICS}] must be a table of topics")
+    for name in table:
+        if not KAFKA_TOPIC_NAME.fullmatch(name) or name in {".", ".."}:
+            raise ConfigurationError(
+                f"{source}: [{USER_TOPICS}] names {name!r}, which is not a Kafka topic name "
+                f"(letters, digits, '.', '_' and '-'; quote a name with dots: "
+                f'[{USER_TOPICS}."orders.v1"])'
+            )
+    return tuple(_topic(name, body, defaults, source, USER_TOPICS) for name, body in table.items())
+
+
+def _topic(
+    name: str, body: Any, defaults: Mapping[str, str], source: str, table: str = "topics"
+) -> TopicSpec:
     if not isinstance(body, dict):
-        raise ConfigurationError(f"{source}: [topics.{name}] must be a table")
+        raise ConfigurationError(f"{source}: [{table}.{name}] must be a table")
     unknown = set(body) - {"description", "partitions", "config"}
     if unknown:
         raise ConfigurationError(
-            f"{source}: [topics.{name}] has unknown keys {sorted(unknown)}; known keys are "
+            f"{source}: [{table}.{name}] has unknown keys {sorted(unknown)}; known keys are "
             f"description, partitions, config"
         )
     partitions = body.get("partitions")
     if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
-        raise ConfigurationError(f"{source}: topics.{name}.partitions must be a positive integer")
-    config = {**defaults, **_str_map(body.get("config", {}), source, f"topics.{name}.config")}
+        raise ConfigurationError(f"{source}: {table}.{name}.partitions must be a positive integer")
+    config = {**defaults, **_str_map(body.get("config", {}), source, f"{table}.{name}.config")}
     return TopicSpec(name, str(body.get("description", "")), partitions, config)
 
 
@@ -207,6 +242,8 @@ class DesiredTopic:
     replication_factor: int
     config: Mapping[str, str]
     copartitioned: bool
+    #: A topic of the user's (``[user-topics]``), named as declared.
+    user: bool = False
 
 
 @dataclass(frozen=True)
@@ -229,7 +266,8 @@ def auto_replication(brokers: int) -> int:
 
 def desired_topics(spec: TopicsSpec, settings: Settings, *, brokers: int = 1) -> list[DesiredTopic]:
     """The topics the cluster should have for ``settings`` (namespace, partitions, RF);
-    an automatic replication factor (0) is chosen for a cluster of ``brokers``."""
+    an automatic replication factor (0) is chosen for a cluster of ``brokers``. The spec's
+    user topics come last, named as declared."""
     replication = settings.replication_factor or auto_replication(brokers)
     if settings.partitions < 1 or settings.replication_factor < 0:
         raise ConfigurationError(
@@ -237,22 +275,40 @@ def desired_topics(spec: TopicsSpec, settings: Settings, *, brokers: int = 1) ->
             f"factor ({settings.replication_factor}) at least 0 (automatic)"
         )
     out = []
-    for topic in spec.topics:
+    for name, topic, user, copartitioned in _named_topics(spec, settings.namespace):
         config = dict(topic.config)
         if MIN_INSYNC in config:
             config[MIN_INSYNC] = str(min(int(config[MIN_INSYNC]), replication))
         config[MAX_MESSAGE] = _max_message_bytes(topic, config, settings)
         out.append(
             DesiredTopic(
-                name=full_name(settings.namespace, topic.name),
+                name=name,
                 logical=topic.name,
                 partitions=topic.partitions or settings.partitions,
                 replication_factor=replication,
                 config=config,
-                copartitioned=topic.name in spec.copartitioned,
+                copartitioned=copartitioned,
+                user=user,
             )
         )
     return out
+
+
+def _named_topics(spec: TopicsSpec, namespace: str) -> list[tuple[str, TopicSpec, bool, bool]]:
+    """Each declared topic with its full name, whether it is the user's and whether it is
+    co-partitioned: the engine's under the namespace, the user's as named (never
+    co-partitioned)."""
+    engine = [
+        (full_name(namespace, t.name), t, False, t.name in spec.copartitioned) for t in spec.topics
+    ]
+    taken = {name for name, *_ in engine}
+    clashes = sorted(t.name for t in spec.user_topics if t.name in taken)
+    if clashes:
+        raise ConfigurationError(
+            f"{spec.source}: [{USER_TOPICS}] declares {', '.join(clashes)}, a topic of the "
+            f"engine in namespace {namespace!r}; name a topic of your own"
+        )
+    return [*engine, *((t.name, t, True, False) for t in spec.user_topics)]
 
 
 def topic_max_message_bytes(settings: Settings) -> int:
@@ -371,6 +427,12 @@ def _topic_drift(want: DesiredTopic, have: ActualTopic) -> list[Drift]:
 
 
 def _partition_advice(want: DesiredTopic, actual: int) -> str:
+    if want.user:
+        return (
+            f"has {actual} partitions, the spec declares {want.partitions}. The tools never "
+            f"change a partition count: set partitions = {actual} in [{USER_TOPICS}."
+            f"{want.name}] to use the topic as it is, or change it with Kafka's tools"
+        )
     return (
         f"has {actual} partitions, the settings ask for {want.partitions}. A partition count "
         f"cannot change without moving instances between partitions: set partitions to "

@@ -1,20 +1,39 @@
 """Kafka integration on the real broker: ``ctx.publish`` is seen exactly once by a
-read_committed consumer, and triggers start workflows and raise events from business
-topics (JSON and Avro values), with unusable records in dead letters."""
+read_committed consumer, triggers start workflows and raise events from business topics
+(JSON and Avro values), with unusable records in dead letters, and ``topics apply`` creates
+the publish and trigger topics a spec declares."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from engine_harness import DEFAULT_MODULES, ThreadProcess, read_topic, running_engine, wait_until
+from engine_harness import (
+    DEFAULT_MODULES,
+    ThreadProcess,
+    delete_topics,
+    read_topic,
+    running_engine,
+    unique_namespace,
+    wait_until,
+)
 
+from engine import Registry
+from engine.adapters.kafka_admin import admin_for, describe
 from engine.adapters.kafka_config import producer_config
 from engine.adapters.kafka_triggers import TriggerBridge
+from engine.cli.integration import check_integration_topics
 from engine.codec import decode_message, encode_user_avro
+from engine.config.settings import load_settings
+from engine.config.topics import default_spec_path
 from engine.config.triggers import Trigger, parse_triggers
+from engine.core.errors import ConfigurationError
 from engine.core.history import RecordPublished, RuntimeStatus
 from engine.core.messages import DeadLetter
 from engine.core.payloads import from_payload
@@ -194,3 +213,74 @@ def test_a_trigger_record_the_broker_refuses_goes_to_dead_letters_alone(
         assert bridge.refusals >= REFUSALS_BEFORE_DEAD_LETTER
         assert engine.client.get("big") is None
         assert len(read_topic(kafka_bootstrap, out)) == 2
+
+
+def test_user_topics_of_a_spec_are_created_by_topics_apply_and_used_by_run_processor(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The publish and trigger topics a spec declares under [user-topics]: ``topics check``
+    reports them missing, ``topics apply`` creates them as declared, and a ``run processor``
+    that refused to start without them starts, takes a trigger's record and publishes."""
+    namespace = unique_namespace("usertopics")
+    orders, out = f"{namespace}-orders", f"{namespace}-shipments"
+    spec = tmp_path / "topics.toml"
+    spec.write_text(
+        default_spec_path().read_text(encoding="utf-8")
+        + f'\n[user-topics."{orders}"]\npartitions = 3\n'
+        + f'\n[user-topics."{out}"]\npartitions = 1\nconfig = {{ "retention.ms" = "3600000" }}\n',
+        encoding="utf-8",
+    )
+    flags = ["--bootstrap-servers", kafka_bootstrap, "--namespace", namespace]
+    flags += ["--partitions", "2", "--spec", str(spec)]
+    settings = load_settings(
+        bootstrap_servers=kafka_bootstrap, namespace=namespace, env={}, publish_topics=(out,)
+    )
+    try:
+        code, report = _topics_cli("check", *flags)
+        missing = {d["topic"] for d in report["drift"] if d["kind"] == "missing"}
+        assert code == 1 and {orders, out} <= missing
+        with pytest.raises(ConfigurationError, match="topics apply --spec"):
+            check_integration_topics(settings, Registry())
+
+        code, report = _topics_cli("apply", *flags)
+        assert code == 0 and report["clean"], report
+        assert {orders, out} <= set(report["created"])
+        admin = admin_for(settings)
+        described = describe(admin, [orders, out])
+        assert (described[orders].partitions, described[out].partitions) == (3, 1)
+        assert described[out].config["retention.ms"] == "3600000"
+        assert _topics_cli("check", *flags)[0] == 0
+
+        with running_engine(
+            kafka_bootstrap,
+            namespace=namespace,
+            partitions=2,
+            workers=0,
+            in_process=False,
+            modules=MODULES,
+            processor_args=("--trigger", f"{orders}:pub.order", "--publish-topic", out),
+        ) as engine:
+            produce(kafka_bootstrap, orders, [(b"u-1", {"out": out, "total": 5})])
+            state = engine.wait_for_completion("u-1", 120)
+            assert state.status is RuntimeStatus.COMPLETED, engine.logs()
+            [published] = read_topic(kafka_bootstrap, out)
+            assert published.key == b"u-1" and json.loads(published.value or b"")["total"] == 5
+    finally:
+        delete_topics(settings)  # the engine's, when the test stopped before running_engine
+        futures = admin_for(settings).delete_topics([orders, out], operation_timeout=30)
+        for future in futures.values():
+            with contextlib.suppress(Exception):
+                future.result(30)
+
+
+def _topics_cli(*argv: str) -> tuple[int, dict[str, Any]]:
+    """``turnstile topics ... --json`` in this process: its exit code and report."""
+    from engine.cli import topics
+
+    parser = argparse.ArgumentParser(prog="turnstile")
+    topics.register(parser.add_subparsers())
+    args = parser.parse_args(["topics", *argv, "--json"])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code: int = args.handler(args)
+    return code, json.loads(out.getvalue())

@@ -19,6 +19,7 @@ from engine.config.topics import (
     logical_names,
     parse_spec,
     topic_names,
+    with_task_queues,
 )
 from engine.core.errors import ConfigurationError
 
@@ -175,6 +176,65 @@ def test_spec_validation() -> None:
         parse_spec(typo)
     with pytest.raises(ConfigurationError, match="does not exist"):
         load_spec("/nonexistent/topics.toml")
+
+
+# --- user topics ----------------------------------------------------------------------------
+
+USER_TOPICS = """
+[user-topics.order-events]
+description = "Order state changes."
+partitions = 6
+config = { "retention.ms" = "86400000" }
+
+[user-topics."orders.v1"]
+"""
+
+
+def _spec_with_user_topics(tmp_path: Path, extra: str = USER_TOPICS) -> Any:
+    path = tmp_path / "topics.toml"
+    path.write_text(default_spec_path().read_text(encoding="utf-8") + extra, encoding="utf-8")
+    return load_spec(path)
+
+
+def test_user_topics_are_declared_in_full_beside_the_engines(tmp_path: Path) -> None:
+    spec = _spec_with_user_topics(tmp_path)
+    assert [t.name for t in spec.topics] == [t.name for t in SPEC.topics]
+    desired = {t.name: t for t in desired_topics(spec, SETTINGS)}
+    assert len(desired) == len(logical_names()) + 2
+    events, versioned = desired["order-events"], desired["orders.v1"]
+    assert (events.partitions, versioned.partitions) == (6, SETTINGS.partitions)
+    assert events.user and versioned.user and not desired["shop.commands"].user
+    assert not events.copartitioned and not versioned.copartitioned
+    # the spec's defaults and the record size limits apply as to the engine's topics
+    assert events.config["retention.ms"] == "86400000"
+    assert events.config["min.insync.replicas"] == "2"
+    assert events.config["max.message.bytes"] == desired["shop.history"].config["max.message.bytes"]
+    # task queues add to the spec without dropping them
+    queued = with_task_queues(spec, ["gpu"])
+    assert queued.user_topics == spec.user_topics
+    assert "order-events" in {t.name for t in desired_topics(queued, SETTINGS)}
+
+
+def test_user_topics_drift_like_the_engines(tmp_path: Path) -> None:
+    desired = desired_topics(_spec_with_user_topics(tmp_path), SETTINGS)
+    cluster = _as_cluster(desired)
+    del cluster["orders.v1"]
+    cluster["order-events"] = dataclasses.replace(cluster["order-events"], partitions=3)
+    diff = diff_topics(desired, cluster)
+    assert [t.name for t in diff.missing] == ["orders.v1"]
+    [drift] = diff.blocking
+    assert drift.topic == "order-events" and drift.kind == "partitions"
+    assert "set partitions = 3 in [user-topics.order-events]" in drift.detail
+
+
+def test_user_topics_are_validated(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="not a Kafka topic name"):
+        _spec_with_user_topics(tmp_path, '[user-topics."order events"]\n')
+    with pytest.raises(ConfigurationError, match=r"\[user-topics.out\] has unknown keys"):
+        _spec_with_user_topics(tmp_path, "[user-topics.out]\npartition = 3\n")
+    clash = _spec_with_user_topics(tmp_path, '[user-topics."shop.history"]\n')
+    with pytest.raises(ConfigurationError, match="a topic of the engine in namespace 'shop'"):
+        desired_topics(clash, SETTINGS)
 
 
 def test_cli_reports_an_unreachable_broker_with_advice() -> None:
