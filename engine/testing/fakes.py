@@ -52,8 +52,8 @@ def takes(duration: timedelta | float, result: Any = None) -> Takes:
     when ``result`` is a function, what it returns for the activity's input (or raises).
 
     The function runs when the attempt starts; its outcome reaches the workflow when the
-    engine's clock has moved ``duration`` further, which costs no wall time when nothing
-    else runs. A start-to-close timeout shorter than ``duration`` (the call's, or the
+    engine's clock is ``duration`` past the attempt's scheduling, which costs no wall time
+    when nothing else runs. A start-to-close timeout shorter than ``duration`` (the call's, or the
     default ten minutes) times the attempt out at its end instead, as a worker would a
     real activity that slow.
     """
@@ -81,11 +81,15 @@ class HeldResults:
         self._count = 0
 
     def started(self, seconds: float) -> None:
-        """The running attempt (``current_activity()``) ends ``seconds`` from now, or
-        times out at its start-to-close limit, as the worker would stop it."""
+        """The running attempt (``current_activity()``) ends ``seconds`` after it was
+        scheduled, or times out at its start-to-close limit, as the worker would stop it.
+
+        It counts from the scheduling turn's time, not from when this thread got to run
+        it: the wall time other activities took before it (the test engine's worker runs
+        one at a time) must not make its end differ from run to run."""
         task = current_activity().task
         call = (task.instance_id, task.generation, task.task_id, task.attempt)
-        now_ms = self._clock_ms()
+        now_ms = task.scheduled_ms or self._clock_ms()
         limit = run_timeout_s(task, now_ms)
         timeout = ""
         if 0 < limit < seconds:
