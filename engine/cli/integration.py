@@ -20,6 +20,7 @@ from engine.config.settings import Settings
 from engine.config.triggers import parse_trigger_flag
 from engine.core.errors import ConfigurationError, TriggerError
 from engine.runtime.registry import Registry
+from engine.services.triggers import check_workflows
 
 log = logging.getLogger("engine.triggers")
 
@@ -44,13 +45,7 @@ def with_integration_flags(
 def check_integration_topics(settings: Settings, registry: Registry) -> None:
     """Stop with the reason when a trigger names an unknown workflow, or a declared publish
     or trigger topic does not exist on the cluster."""
-    for trigger in settings.triggers:
-        if not registry.has_workflow(trigger.workflow, trigger.version):
-            raise TriggerError(
-                f"trigger for topic {trigger.topic!r} names workflow {trigger.workflow!r}"
-                f"{f' version {trigger.version!r}' if trigger.version else ''}, which is not "
-                f"registered; check the name or pass the module that defines it"
-            )
+    check_workflows(settings.triggers, registry)
     wanted = sorted({*settings.publish_topics, *(t.topic for t in settings.triggers)})
     if not wanted:
         return

@@ -20,14 +20,16 @@ broker is away, the producer was fenced) are retried for ever, as before.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.codec import decode_user_avro, encode_message, instance_key
 from engine.config.triggers import RAISE, IdSource, Trigger
-from engine.core.errors import CodecError
+from engine.core.errors import CodecError, TriggerError
 from engine.core.messages import Message, RaiseEvent, StartWorkflow
 from engine.core.payloads import JSON, Payload, to_payload
+from engine.runtime.registry import Registry
 from engine.services.dead_letters import Headers, dead_letter_of
 from engine.services.processor.poison import fit_dead_letter
 from engine.services.records import RawRecord
@@ -123,6 +125,16 @@ def given_up(
 ) -> Outgoing:
     """The dead letter of a record the bridge gave up on (``reason``: its verdict)."""
     return _dead_letter(trigger, record, dead_letters, reason, max_record_bytes)
+def check_workflows(triggers: Iterable[Trigger], registry: Registry) -> None:
+    """Raise :class:`TriggerError` when a trigger names a workflow ``registry`` lacks:
+    its every record would start nothing, so the process stops before it runs."""
+    for trigger in triggers:
+        if not registry.has_workflow(trigger.workflow, trigger.version):
+            raise TriggerError(
+                f"trigger for topic {trigger.topic!r} names workflow {trigger.workflow!r}"
+                f"{f' version {trigger.version!r}' if trigger.version else ''}, which is not "
+                f"registered; check the name or pass the module that defines it"
+            )
 
 
 def request_id(record: RawRecord) -> str:

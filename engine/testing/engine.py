@@ -4,9 +4,13 @@ control.
 :class:`TestEngine` runs the same :class:`PartitionProcessor` state machine the Kafka loop
 runs, one batch at a time, over :class:`MemoryTopics` and the in-memory partition store.
 Activity tasks go to the real worker service, which runs the registered activity functions
-(or the replacements a test passes). Its clock is a :class:`ManualClock`: waiting for a
-result skips straight to the next due timer, so a 30-day timer fires at once, in fire-time
-order with every other timer, and ``ctx.now()`` in the workflow moves with it.
+(or the replacements a test passes). Its clock is a :class:`ManualClock` that follows what
+runs: while an activity runs, engine time moves with the wall clock (a real 3 s activity
+loses a race with a 1 s timer); when nothing runs and nothing is due, waiting skips straight
+to the next due timer (or the end of a :func:`~engine.testing.fakes.takes` fake), so a
+30-day timer fires at once, in fire-time order with every other timer, and ``ctx.now()``
+in the workflow moves with it. Records on the topics of declared triggers become commands
+through the same mapping as the Kafka trigger bridge.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 from engine.codec import decode_history, decode_message
 from engine.config.settings import Settings
 from engine.config.topics import TopicNames, full_name, logical_names, topic_names
+from engine.config.triggers import parse_triggers
 from engine.core.errors import (
     CommandTimeoutError,
     InstanceTurnError,
@@ -50,9 +55,12 @@ from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
 from engine.services.records import RawRecord
 from engine.services.schedule_client import ScheduleClient, ScheduleMethods
 from engine.services.tracing import NoTracing, TraceHook
+from engine.services.triggers import Outgoing, check_workflows
 from engine.services.watchdog import TurnWatchdog
 from engine.services.worker import Outbound, Worker
+from engine.testing.fakes import HeldResults, Takes, worker_registry
 from engine.testing.topics import MemoryTopics
+from engine.testing.triggers import MemoryTriggerBridge
 
 __all__ = ["ManualClock", "TestEngine"]
 
@@ -61,7 +69,8 @@ MAX_ROUNDS = 100_000
 
 
 class ManualClock:
-    """Wall time that only moves when the test engine moves it (never backwards)."""
+    """Engine time: it moves only when the test engine moves it (never backwards), with
+    the wall clock while activities run and in jumps when nothing does."""
 
     def __init__(self, start_ms: int) -> None:
         self._now_ms = start_ms
@@ -115,10 +124,16 @@ class TestEngine(ScheduleMethods):
 
     ``registry`` holds the workflows and activities (default: the ``@workflow`` /
     ``@activity`` registry); ``activities`` replaces activities by name or function, e.g.
-    ``{"orders.charge": fake_charge}``. Commands mirror :class:`engine.client.Client`:
-    each waits for the processor's answer (the processors run until it is there; the clock
-    and the activities wait for :meth:`run`) and a refusal raises the same error; with
-    ``wait=False`` the command only waits on its topic for the next :meth:`run`.
+    ``{"orders.charge": fake_charge}``, or with a fake that lasts a span of engine time,
+    ``{"orders.charge": takes(timedelta(minutes=10), "ok")}``. Commands mirror
+    :class:`engine.client.Client`: each waits for the processor's answer (the processors
+    run until it is there; the clock and the activities wait for :meth:`run`) and a refusal
+    raises the same error; with ``wait=False`` the command only waits on its topic for the
+    next :meth:`run`. The ``triggers`` of ``settings`` run too: :meth:`produce` a record on
+    a trigger topic and the next run turns it into its command, or a dead letter.
+
+    Time follows what runs: while an activity runs, engine time moves with the wall clock;
+    when no activity runs and nothing is due, a wait jumps to the next timer.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -127,7 +142,7 @@ class TestEngine(ScheduleMethods):
         self,
         registry: Registry | None = None,
         *,
-        activities: Mapping[str | Callable[..., Any], Callable[..., Any]] | None = None,
+        activities: Mapping[str | Callable[..., Any], Callable[..., Any] | Takes] | None = None,
         partitions: int = 1,
         start: datetime | None = None,
         namespace: str = "test",
@@ -178,7 +193,10 @@ class TestEngine(ScheduleMethods):
         self._view.mark_ready()
         self._outcomes = _RunningOutcomes(self._run_processors)
         self._replacements = dict(activities or {})
-        self._env = env
+        self._held = HeldResults(self.clock.now_ms)
+        triggers = parse_triggers(base.triggers)  # checked as run processor checks them
+        check_workflows(triggers, self.registry)
+        self._bridge = MemoryTriggerBridge(triggers, self.topics, base.max_record_bytes)
         self.client, self._worker = self._clients(self.registry)
 
     def _clients(self, registry: Registry) -> tuple[WorkflowClient, Worker]:
@@ -186,9 +204,8 @@ class TestEngine(ScheduleMethods):
         client = WorkflowClient(
             sink, self._view, registry=registry, outcomes=lambda: self._outcomes
         )
-        worker_registry = _with_replacements(registry, self._replacements)
         worker = Worker(
-            worker_registry,
+            worker_registry(registry, self._replacements, self._held),
             source_topic=self.topics.activity_tasks,
             concurrency=1,
             tracing=self._tracing,
@@ -202,7 +219,9 @@ class TestEngine(ScheduleMethods):
     def deploy(self, registry: Registry) -> None:
         """Run other code from now on, as a deploy and restart would: the processors forget
         their hot instances (each is rebuilt from its history with the new workflows on its
-        next turn) and activities run from ``registry`` (with the same replacements)."""
+        next turn) and activities run from ``registry`` (with the same replacements).
+        Activities still running finish first, as on a worker that stops gracefully."""
+        self._await_activities(None, stop_when_due=False)
         self._worker.shutdown()
         self.registry = registry
         self._env.registry = registry
@@ -318,41 +337,54 @@ class TestEngine(ScheduleMethods):
         self.client.send(command)
 
     def produce(
-        self, topic: str, key: bytes, value: bytes | None, partition: int | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None = None,
+        headers: Mapping[str, str | bytes] | None = None,
     ) -> RawRecord:
-        """Write raw bytes to a topic (full name), as a foreign producer would; the
-        partition defaults to murmur2 of the key, like every Turnstile producer."""
-        return self._produce(topic, key, value, partition)
+        """Write raw bytes to a topic (an engine topic by full name, or a business topic),
+        as a foreign producer would; the partition defaults to murmur2 of the key, like
+        every Turnstile producer. A record on a trigger topic becomes its command (or a
+        dead letter) on the next run, as the trigger bridge would make it."""
+        pairs = (headers or {}).items()
+        raw = tuple((k, v.encode() if isinstance(v, str) else v) for k, v in pairs)
+        return self._produce(topic, key, value, partition, raw)
 
     # --- running ----------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Process everything that is due now (input, due timers, activities), without
-        moving the clock."""
+        """Process everything that is due now (input, trigger records, due timers), and
+        wait for the activities that starts, without skipping time: engine time moves only
+        with the wall clock while activities run."""
         self._run(skip_time=False)
 
     def step(self) -> bool:
-        """One round, without moving the clock: a batch on every partition that has input
-        or due timers, then the activities those batches started (their results wait for
-        the next round). Returns whether anything happened. Commands sent between two
-        rounds land in the same batch as those results, which lets a test put an event
+        """One round, without skipping time: a batch on every partition that has input or
+        due timers, then the activities those batches started, to their end (their results
+        wait for the next round). Returns whether anything happened. Commands sent between
+        two rounds land in the same batch as those results, which lets a test put an event
         and an activity result into one turn."""
-        return self._pump()
+        progressed = self._round()
+        return self._await_activities(None, stop_when_due=False) or progressed
 
     def advance(self, duration: timedelta | float) -> None:
         """Move the clock forward by ``duration`` (seconds or a timedelta), firing every
-        timer due on the way in order, with the clock at each timer's time."""
+        timer due on the way in order, with the clock at each timer's time (activities
+        running on the way move it with the wall clock, and may still run at the end)."""
         if _ms(duration) < 0:
             raise ValueError("advance() moves time forward only; pass a positive duration")
         horizon = self.clock.now_ms() + _ms(duration)
         self._run(skip_time=True, horizon_ms=horizon)
         self.clock.advance_to(horizon)
-        self._run(skip_time=False)
+        self._run(skip_time=False, horizon_ms=horizon)
 
     def wait_for_completion(
         self, instance_id: str, timeout: timedelta | float | None = None
     ) -> InstanceState:
-        """Run, skipping time to each next timer, until the instance has ended.
+        """Run, skipping time to each next timer when nothing runs, until the instance
+        has ended.
 
         ``timeout`` bounds the engine time to skip (seconds or a timedelta; default: no
         bound); a wait that runs out leaves the clock at its end, as a real wait would.
@@ -363,12 +395,12 @@ class TestEngine(ScheduleMethods):
         self._run(skip_time=True, until=lambda: self._ended(instance_id), horizon_ms=horizon)
         if horizon is not None and not self._ended(instance_id):
             self.clock.advance_to(horizon)  # the whole timeout passed, as for a real wait
-            self._run(skip_time=False)
+            self._run(skip_time=False, horizon_ms=horizon)
         status = self._view.get(instance_id)
         if status is not None and is_completed(status):
             return InstanceState(status)
         state = "unknown" if status is None else status.status.value
-        if horizon is not None and self._next_timer_ms() is not None:
+        if horizon is not None and (self._next_due_ms() is not None or self._worker.load):
             raise WaitTimeoutError(
                 f"instance {instance_id} is still {state} after {timeout} of engine time; "
                 f"wait longer or check what it waits for"
@@ -401,8 +433,9 @@ class TestEngine(ScheduleMethods):
 
     def records(self, topic: str) -> list[RawRecord]:
         """What was written to a topic, by full name or spec name (``dead-letters``), or
-        to a user topic of the ``publish_topics`` setting (``ctx.publish``)."""
-        if topic in self._env.publish_topics:
+        to a user topic: one of the ``publish_topics`` setting (``ctx.publish``) or of a
+        trigger."""
+        if topic in self._env.publish_topics or topic in self._bridge.topics:
             return self.log.read(topic)
         full = topic if topic in self.topics.names() else full_name(self.namespace, topic)
         if full not in self.topics.names() and not self.topics.is_task_queue(full):
@@ -436,14 +469,22 @@ class TestEngine(ScheduleMethods):
         until: Callable[[], bool] | None = None,
         horizon_ms: int | None = None,
     ) -> None:
+        """Rounds until ``until`` holds or nothing is left: while activities run, engine
+        time follows the wall clock; only when none runs and nothing is due does it jump
+        (``skip_time``) to the next timer or fake's end, never past ``horizon_ms``."""
         for _ in range(MAX_ROUNDS):
             if until is not None and until():
                 return
-            if self._pump():
+            if self._round():
+                continue
+            if self._worker.load:
+                if horizon_ms is not None and self.clock.now_ms() >= horizon_ms:
+                    return  # the activities still run at the end of the wait
+                self._await_activities(horizon_ms, stop_when_due=True)
                 continue
             if not skip_time:
                 return
-            due = self._next_timer_ms()
+            due = self._next_due_ms()
             if due is None or (horizon_ms is not None and due > horizon_ms):
                 return
             self.clock.advance_to(due)
@@ -458,13 +499,20 @@ class TestEngine(ScheduleMethods):
         ran = [self._run_batch(pp) for pp in self.processors.values()]
         return any(ran)
 
-    def _pump(self) -> bool:
-        """One batch on every partition with input or due timers, then the activities that
-        batch started; returns whether anything happened."""
-        progressed = False
+    def _round(self) -> bool:
+        """Route new trigger records, hand over the results of fakes whose time is over,
+        run one batch on every partition with input or due timers, and collect the
+        activities that have finished; returns whether anything happened."""
+        progressed = self._bridge.step(self.log, self._write) > 0
+        for out in self._held.due(self.clock.now_ms()):
+            self._produce_outbound(out)
+            progressed = True
         for pp in self.processors.values():
             progressed = self._run_batch(pp) or progressed
-        return self._run_activities() or progressed
+        return self._collect(self._worker.collect()) or progressed
+
+    def _write(self, out: Outgoing) -> None:
+        self._produce(out.topic, out.key, out.value, None, out.headers)
 
     def _run_batch(self, pp: PartitionProcessor) -> bool:
         """The commit protocol of the Kafka loop, over memory. The produce, offsets and
@@ -523,28 +571,46 @@ class TestEngine(ScheduleMethods):
         self._metrics.observe(step, now - started, count)
         return now
 
-    def _run_activities(self) -> bool:
-        """Run every activity task written so far to its end; their results go to the
-        activity-results topic like a worker's."""
+    def _await_activities(self, horizon_ms: int | None, *, stop_when_due: bool) -> bool:
+        """Wait for the running activities to end, engine time following the wall clock,
+        or (``stop_when_due``) until a timer or a fake's end falls due or ``horizon_ms``
+        is reached; their results go to the activity-results topic like a worker's."""
         worker = self._worker
-        if worker.load == 0:
-            worker.drop_backlog()  # unserved tasks: no other worker will ever come here
-            return False
-        deadline = time.monotonic() + self._activity_timeout_s
+        start_ms, started = self.clock.now_ms(), time.monotonic()
+        deadline = started + self._activity_timeout_s
+        collected = False
         while worker.load:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            now_ms = self.clock.now_ms()
+            due = self._next_due_ms() if stop_when_due else None
+            stops = [t for t in (due, horizon_ms) if t is not None]
+            if stops and now_ms >= min(stops):
+                break
+            wall_left = deadline - time.monotonic()
+            if wall_left <= 0:
                 raise WaitTimeoutError(
                     f"activities still running after {self._activity_timeout_s}s; pass a "
-                    f"faster replacement in activities=... or raise activity_timeout_s"
+                    f"faster replacement in activities=... (or a takes(...) fake) or raise "
+                    f"activity_timeout_s"
                 )
-            for out in worker.collect(wait_s=min(remaining, 1.0)):
-                self._produce_outbound(out)
-        worker.drop_backlog()
-        worker.committed(worker.offsets.to_commit())
-        return True
+            wait_s = min(wall_left, 1.0, *((t - now_ms) / 1000 for t in stops))
+            finished = worker.collect(wait_s=max(wait_s, 0.001))
+            self.clock.advance_to(start_ms + int((time.monotonic() - started) * 1000))
+            collected = self._collect(finished) or collected
+        return collected or self.clock.now_ms() > start_ms
+
+    def _collect(self, finished: list[Outbound]) -> bool:
+        """Produce what the worker handed out; once it is idle, forget the tasks it does
+        not serve (no other worker will come for them) and commit its offsets."""
+        for out in finished:
+            self._produce_outbound(out)
+        if not self._worker.load:
+            self._worker.drop_backlog()
+            self._worker.committed(self._worker.offsets.to_commit())
+        return bool(finished)
 
     def _produce_outbound(self, out: Outbound) -> None:
+        if self._held.hold(out):  # a takes() fake: its result waits for its time
+            return
         if out.requeue_to is not None:  # one worker serves every queue here
             self._produce(self.topics.activity_tasks, out.key, out.value, None, out.headers)
             return
@@ -567,12 +633,16 @@ class TestEngine(ScheduleMethods):
         elif topic == self.topics.command_outcomes:
             self._outcomes.apply_record(value)
         elif self.topics.is_task_queue(topic):
+            self._held.cancelled(record)
             for letter in self._worker.accept([record]):
                 self._produce_outbound(letter)
         return record
 
-    def _next_timer_ms(self) -> int | None:
+    def _next_due_ms(self) -> int | None:
+        """When the next timer fires or the next fake's result is due (None: neither)."""
         due = [t for pp in self.processors.values() if (t := pp.next_timer_ms()) is not None]
+        held = self._held.next_end_ms()
+        due += [] if held is None else [held]
         return min(due) if due else None
 
     def _ended(self, instance_id: str) -> bool:
@@ -583,24 +653,3 @@ class TestEngine(ScheduleMethods):
 def _ms(duration: timedelta | float) -> int:
     seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
     return int(seconds * 1000)
-
-
-def _with_replacements(
-    registry: Registry, replacements: Mapping[str | Callable[..., Any], Callable[..., Any]]
-) -> Registry:
-    """The worker's registry: the activities of ``registry``, some replaced by name."""
-    if not replacements:
-        return registry
-    by_name = {registry.activity_name(k): fn for k, fn in replacements.items()}
-    out = Registry()
-    for definition in registry.activities():
-        if definition.name not in by_name:
-            out.add_activity(
-                definition.fn,
-                name=definition.name,
-                task_queue=definition.task_queue,
-                max_concurrency=definition.max_concurrency,
-            )
-    for name, fn in by_name.items():
-        out.add_activity(fn, name=name)
-    return out

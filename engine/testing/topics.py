@@ -42,6 +42,10 @@ class MemoryTopics:
         """Every record of ``topic``, in partition then offset order."""
         return [r for p in range(self.partitions) for r in self._logs.get((topic, p), [])]
 
+    def read_partition(self, topic: str, partition: int, start: int = 0) -> list[RawRecord]:
+        """The records of one partition of ``topic`` from offset ``start`` on."""
+        return self._logs.get((topic, partition), [])[start:]
+
     def end_offset(self, topic: str, partition: int) -> int:
         return len(self._logs.get((topic, partition), []))
 
