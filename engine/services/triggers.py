@@ -125,6 +125,8 @@ def given_up(
 ) -> Outgoing:
     """The dead letter of a record the bridge gave up on (``reason``: its verdict)."""
     return _dead_letter(trigger, record, dead_letters, reason, max_record_bytes)
+
+
 def check_workflows(triggers: Iterable[Trigger], registry: Registry) -> None:
     """Raise :class:`TriggerError` when a trigger names a workflow ``registry`` lacks:
     its every record would start nothing, so the process stops before it runs."""
