@@ -251,8 +251,10 @@ class Client(ScheduleMethods):
     ) -> CommandOutcome | None:
         """Deliver an external event; returns the processor's answer (None with
         ``wait=False``). An instance that has not started yet keeps the event until it
-        starts (``result`` BUFFERED); one that ended refuses it (InstanceNotRunningError).
-        The same ``request_id`` sent again is delivered once."""
+        starts, at most ``pending_events_ttl_ms`` (then it goes to dead letters), and a
+        PARKED one keeps it for its retry (``result`` BUFFERED both); one that ended
+        refuses it (InstanceNotRunningError). The same ``request_id`` sent again is
+        delivered once."""
         return self._service.raise_event(instance_id, name, data, request_id=request_id, wait=wait)
 
     def signal_with_start(

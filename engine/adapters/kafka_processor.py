@@ -166,6 +166,8 @@ class ProcessorRunner:
             dedup_window_ms=settings.dedup_window_ms,
             retention_ms=settings.retention_ms,
             park_workflow_errors=settings.park_workflow_errors,
+            parked_events_max=settings.parked_events_max,
+            parked_events_max_bytes=settings.parked_events_max_bytes,
             # the cache budget is per replica; each partition gets its share
             cache_capacity=partition_cache_capacity(settings.cache_instances, settings.partitions),
             limits=settings.limits,

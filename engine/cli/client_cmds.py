@@ -390,5 +390,6 @@ def _print_state(state: InstanceState, as_json: bool) -> None:
     if state.unserved:
         lines.append(f"unserved:     {state.unserved}")
     if state.pending_reason:
-        lines.append(f"pending:      {state.pending_reason}")
+        label = "parked:" if state.status is RuntimeStatus.PARKED else "pending:"
+        lines.append(f"{label:<14}{state.pending_reason}")
     print("\n".join(lines))

@@ -329,8 +329,9 @@ class InstanceStatus(Message):
     request_id: str = ""
     #: An activity it waits for that a worker reported it does not serve ("": none).
     unserved: str = ""
-    #: Why a PENDING instance has not started ("": it has not, or it waits for its
-    #: scheduled time): e.g. it waits for a slot of its concurrency key.
+    #: Why the instance waits instead of running ("": it does not, or a PENDING one waits
+    #: for its scheduled time): a PENDING one for a slot of its concurrency key, a PARKED
+    #: one for fixed code (the error is in ``failure``; the attempts and next retry here).
     pending_reason: str = ""
 
 
@@ -338,7 +339,9 @@ class CommandResult(StrEnum):
     """How the processor answered a command."""
 
     ACCEPTED = "ACCEPTED"
-    #: An event for an instance that has not started yet: kept until it starts.
+    #: Kept, not applied yet: an event for an instance that has not started (kept until it
+    #: starts, at most ``pending_events_ttl_ms``) or that is PARKED (kept for its retry),
+    #: a start that waits for a slot, a suspension of a PARKED instance.
     BUFFERED = "BUFFERED"
     REFUSED = "REFUSED"
 

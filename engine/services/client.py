@@ -297,8 +297,10 @@ class InstanceState:
 
     @property
     def pending_reason(self) -> str:
-        """Why a PENDING instance has not started, e.g. it waits for a slot of its
-        concurrency key ("": it waits for its scheduled time, or it is not PENDING)."""
+        """Why the instance waits instead of running: a PENDING one for a slot of its
+        concurrency key, a PARKED one for fixed code (its attempts and next retry; the
+        error is in :attr:`failure`). "": it does not wait, or waits for its scheduled
+        time."""
         return self.raw.pending_reason
 
     @property
@@ -521,7 +523,8 @@ class WorkflowClient:
         wait: bool = True,
     ) -> CommandOutcome | None:
         """Deliver an external event. For an instance that has not started yet the event is
-        kept until it starts (the answer is BUFFERED); one that ended refuses it."""
+        kept until it starts, at most ``pending_events_ttl_ms``, and a PARKED one keeps it
+        for its retry (the answer is BUFFERED); one that ended refuses it."""
         payload = None if data is None else to_payload(data)
         command = RaiseEvent(instance_id, name, payload, _request_id(request_id))
         return self.send(command, flush=flush, wait=wait and flush)

@@ -52,7 +52,6 @@ from engine.core.messages import (
     SuspendWorkflow,
     TerminateWorkflow,
 )
-from engine.core.payloads import Payload
 from engine.core.schedules import SCHEDULE_PREFIX
 from engine.core.tags import checked_tags
 from engine.runtime.executor import WorkflowExecution
@@ -157,8 +156,9 @@ def _reuse_refusal(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> V
             reason = f"instance {msg.instance_id} already ran (REJECT_DUPLICATE)"
             return _refuse(b, msg, "WorkflowAlreadyRanError", reason)
         return None
+    shown = meta.reported_status or meta.status
     if policy is IdReusePolicy.IGNORE_IF_RUNNING:
-        return accepted(f"instance is {meta.status.value}; start ignored (IGNORE_IF_RUNNING)")
+        return accepted(f"instance is {shown.value}; start ignored (IGNORE_IF_RUNNING)")
     if policy is IdReusePolicy.TERMINATE_IF_RUNNING:
         if meta.status is RuntimeStatus.PENDING:
             _cancel_scheduled_start(b, meta)
@@ -167,7 +167,7 @@ def _reuse_refusal(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> V
         item.inbox.append(Inbound(ExecutionTerminated("restarted by a new start")))
         step_instance(b, item, now_ms)
         return None
-    reason = f"instance {msg.instance_id} is {meta.status.value} (ERROR_IF_RUNNING)"
+    reason = f"instance {msg.instance_id} is {shown.value} (ERROR_IF_RUNNING)"
     return _refuse(b, msg, "WorkflowAlreadyRunningError", reason)
 
 
@@ -231,6 +231,7 @@ def begin(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
     meta.parent_task_id = msg.parent_task_id
     meta.tags, meta.request_id = dict(msg.tags), msg.request_id
     meta.scheduled_start = None
+    meta.concurrency_key = msg.concurrency_key
     meta.generation_start = meta.next_sequence
     item.execution = WorkflowExecution(
         b.env.registry,
@@ -278,36 +279,14 @@ def on_raise(b: Batch, msg: RaiseEvent, now_ms: int) -> Verdict:
     item = b.load(msg.instance_id)
     meta = item.meta
     if meta.status in (None, RuntimeStatus.PENDING):
-        return _keep_pending(b, meta, msg.name, msg.input, now_ms)
+        return pending.keep(b, meta, msg.name, msg.input, now_ms)
     if meta.status.is_terminal:
         return _ended(msg, meta)
+    if parking.keeps_events(item):
+        return parking.keep_event(b, item, msg.name, msg.input, now_ms)
     item.inbox.append(Inbound(EventRaised(msg.name, msg.input)))
     spans.note_link(b, item)
     return accepted()
-
-
-def _keep_pending(
-    b: Batch, meta: InstanceRow, name: str, data: Payload | None, now: int
-) -> Verdict:
-    kept = pending.unexpired(b, meta, now)
-    if len(kept) != len(meta.pending_events):
-        meta.pending_events = kept
-        b.save(meta)
-    held = sum(len(e.input.data) for e in kept if e.input is not None)
-    size = len(data.data) if data is not None else 0
-    if len(kept) >= b.env.pending_events_max or held + size > b.env.limits.record // 2:
-        reason = (
-            f"instance {meta.instance_id} has not started and already holds "
-            f"{len(kept)} pending events of {held} bytes (pending_events_max, and half of "
-            f"max_record_bytes in all); start it or raise the bound"
-        )
-        b.dead_letter_current(reason, kind="PendingEventsFull")
-        return refused("PendingEventsFullError", reason)
-    kept.append(PendingEvent(name, data, now))
-    meta.pending_events = kept
-    b.save(meta)
-    what = "has not started yet" if meta.status is None else "waits for its scheduled start"
-    return buffered(f"instance {meta.instance_id} {what}; the event is kept until it starts")
 
 
 def _ended(msg: Message, meta: InstanceRow) -> Verdict:
@@ -377,6 +356,9 @@ def on_child_result(b: Batch, msg: ChildResult, now_ms: int) -> None:
     if schedules.is_schedule_id(msg.instance_id):
         schedules.on_run_ended(b, msg, now_ms)  # a run a schedule started has ended
         return
+    if msg.status is RuntimeStatus.PARKED:
+        _reject(b, msg, "only a schedule hears that a run it started parked")
+        return
     parent = b.load(msg.instance_id).meta
     running = [c for c in parent.children if c.instance_id != msg.child_instance_id]
     if len(running) != len(parent.children):  # it no longer runs, whatever its parent does
@@ -428,6 +410,14 @@ def on_suspend(b: Batch, msg: SuspendWorkflow, now_ms: int) -> Verdict:
     refusal = _not_live(msg, meta)
     if refusal is not None:
         return refusal
+    parked = meta.parked
+    if parked is not None:
+        item.inbox.append(Inbound(ExecutionSuspended(msg.reason)))
+        return buffered(
+            f"instance {msg.instance_id} is PARKED (its code raised {parked.failure.type}): "
+            f"the suspension is kept with its events and applies when a retry runs its code "
+            f"on a fix; until then it stays PARKED ('turnstile terminate' ends it now)"
+        )
     if meta.status is RuntimeStatus.SUSPENDED:
         return refused("InstanceAlreadySuspendedError", f"instance {msg.instance_id} is SUSPENDED")
     if meta.status is RuntimeStatus.PENDING:
@@ -457,8 +447,9 @@ def on_purge(b: Batch, msg: PurgeWorkflow, now_ms: int) -> Verdict:
     if meta.status is None:
         return _not_found(msg)
     if not meta.status.is_terminal:
+        shown = meta.reported_status or meta.status
         reason = (
-            f"instance {msg.instance_id} is {meta.status.value}: only completed, failed or "
+            f"instance {msg.instance_id} is {shown.value}: only completed, failed or "
             f"terminated instances can be purged"
         )
         return refused("InstanceStillRunningError", reason)
@@ -494,7 +485,7 @@ def on_signal_with_start(b: Batch, msg: SignalWithStart, now_ms: int) -> Verdict
         item.inbox.append(Inbound(EventRaised(msg.event_name, msg.event_input)))
         return accepted(f"instance is {meta.status.value}; the event was delivered")
     if meta.status is RuntimeStatus.PENDING:
-        return _keep_pending(b, meta, msg.event_name, msg.event_input, now_ms)
+        return pending.keep(b, meta, msg.event_name, msg.event_input, now_ms)
     meta.pending_events.append(PendingEvent(msg.event_name, msg.event_input, now_ms))
     start = StartWorkflow(
         instance_id=msg.instance_id,
@@ -517,6 +508,9 @@ def fire_timer(b: Batch, timer: keys.TimerKey, now_ms: int) -> None:
     meta = item.meta
     if timer.task_id == schedules.SCHEDULE_TIMER:
         schedules.fire(b, item, timer, now_ms)
+        return
+    if timer.task_id == pending.PENDING_TIMER:
+        pending.expire_due(b, item, now_ms)  # the row's kept events, whatever its generation
         return
     if timer.generation != meta.generation:
         b.counters.reject("TimerFired")

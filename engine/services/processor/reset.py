@@ -52,7 +52,7 @@ from engine.core.messages import (
 from engine.runtime import actions as act
 from engine.runtime.executor import WorkflowExecution
 from engine.runtime.reset import ResetPlan, marked, plan_reset, resolve_point
-from engine.services.processor import cancels, keys
+from engine.services.processor import cancels, keys, parking
 from engine.services.processor.batch import Batch
 from engine.services.processor.command_outcomes import (
     Verdict,
@@ -251,10 +251,11 @@ def new_run(
             "a point before the child started or after its result arrived"
         )
         return refused("InvalidResetPointError", reason)
+    held = parking.kept_events(meta)  # a parked run's events never reached its history
     _end_old_run(b, item, now_ms)
     _open(b, item, execution, plan, generation, now_ms)
     record_events(b, item, kept)
-    item.inbox = [Inbound(body) for body in marked(plan, marker)]
+    item.inbox = [*(Inbound(body) for body in marked(plan, marker)), *held]
     step_instance(b, item, now_ms)
     _ask_again(b, item, waited, now_ms)
     log.info(

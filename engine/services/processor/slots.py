@@ -52,6 +52,7 @@ def wait_for_slot(b: Batch, item: Loaded, msg: StartWorkflow, limit: int, now_ms
     meta.request_id = msg.request_id
     meta.created_ms = meta.last_updated_ms = now_ms
     meta.scheduled_start = msg
+    meta.concurrency_key = msg.concurrency_key
     meta.slot = slots_id(msg.name, msg.concurrency_key)
     _send(b, meta.slot, SlotOp.ACQUIRE, meta.instance_id, meta.generation, limit)
     b.save(meta)
