@@ -133,6 +133,11 @@ def _delete(
 def _trigger(
     b: Batch, item: Loaded, state: ScheduleState, msg: ScheduleCommand, now: int
 ) -> Verdict:
+    run = run_id(_name(item), now, triggered=True)
+    if run in state.running or run == state.last_run_id:
+        # a trigger of the same millisecond (the same batch): its run id is taken, and a
+        # second start of it would only be refused as a duplicate
+        return accepted(f"already started {run} by another trigger at the same time")
     decision = _slot(b, item, state, now, triggered=True)
     _touch(b, item, now)
     if decision is Decision.START:
