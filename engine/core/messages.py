@@ -98,9 +98,13 @@ class PurgeWorkflow(Message):
 class SignalWithStart(Message):
     """Start the instance unless it runs, then deliver an event to it, in one turn.
 
-    A running (or suspended) instance just receives the event; a scheduled one keeps it
-    until it starts; otherwise (never started, or ended) a new run starts with the event
-    as its first input after the start, so the event can never be lost between the two.
+    Under the default ``reuse_policy`` (IGNORE_IF_RUNNING: the start is ignored, not the
+    event) a live instance (RUNNING, SUSPENDED, PARKED) just receives the event, a PENDING
+    one keeps it until it starts, and otherwise (never started, or ended) a new run starts
+    with the event as its first input after the start, so the event can never be lost
+    between the two. ERROR_IF_RUNNING refuses a live or PENDING instance,
+    TERMINATE_IF_RUNNING replaces it by the new run, REJECT_DUPLICATE refuses an ended one
+    (and delivers to a live one) - as a start under the same policy would judge the id.
     """
 
     KIND: ClassVar[str] = "SignalWithStart"
@@ -111,6 +115,7 @@ class SignalWithStart(Message):
     tags: dict[str, str] = field(default_factory=dict)
     event_name: str = ""
     event_input: Payload | None = None
+    reuse_policy: IdReusePolicy = IdReusePolicy.IGNORE_IF_RUNNING
 
 
 # --- reset and rerun ------------------------------------------------------------------------

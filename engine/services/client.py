@@ -541,10 +541,12 @@ class WorkflowClient:
         tags: dict[str, str] | None = None,
         request_id: str | None = None,
         wait: bool = True,
+        reuse_policy: IdReusePolicy = IdReusePolicy.IGNORE_IF_RUNNING,
     ) -> CommandOutcome | None:
         """Deliver ``event`` to the instance, starting it first (with ``input``) unless it
-        is RUNNING or SUSPENDED, atomically: the event cannot fall between an end and a
-        new start."""
+        is RUNNING, SUSPENDED, PARKED or PENDING, atomically: the event cannot fall between
+        an end and a new start. ``reuse_policy`` judges an existing instance as for a
+        start (the default, IGNORE_IF_RUNNING, ignores the start half for a live one)."""
         command = SignalWithStart(
             instance_id=instance_id,
             name=self.registry.workflow_name(workflow),
@@ -554,6 +556,7 @@ class WorkflowClient:
             tags=checked_tags(tags),
             event_name=event,
             event_input=None if data is None else to_payload(data),
+            reuse_policy=IdReusePolicy(reuse_policy),
         )
         return self.send(command, wait=wait)
 

@@ -470,7 +470,8 @@ def purge_row(b: Batch, item: Loaded) -> None:
 
 
 def on_signal_with_start(b: Batch, msg: SignalWithStart, now_ms: int) -> Verdict:
-    """Deliver to a live instance, keep for a scheduled one, else start a run with it."""
+    """Deliver to a live instance, keep for a PENDING one, else start a run with it; the
+    ID-reuse policy judges an existing instance as it would judge a start."""
     keys.check_instance_id(msg.instance_id)
     checked_tags(msg.tags)
     if msg.instance_id.startswith(SLOTS_PREFIX):
@@ -481,22 +482,43 @@ def on_signal_with_start(b: Batch, msg: SignalWithStart, now_ms: int) -> Verdict
     b.env.limits.check("event", f"the payload of event {msg.event_name!r}", msg.event_input)
     item = b.load(msg.instance_id)
     meta = item.meta
-    if meta.status in (RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED):
-        item.inbox.append(Inbound(EventRaised(msg.event_name, msg.event_input)))
-        return accepted(f"instance is {meta.status.value}; the event was delivered")
-    if meta.status is RuntimeStatus.PENDING:
-        return pending.keep(b, meta, msg.event_name, msg.event_input, now_ms)
-    meta.pending_events.append(PendingEvent(msg.event_name, msg.event_input, now_ms))
     start = StartWorkflow(
         instance_id=msg.instance_id,
         name=msg.name,
         input=msg.input,
         version=msg.version,
+        reuse_policy=msg.reuse_policy,
         request_id=msg.request_id,
         tags=dict(msg.tags),
     )
+    if meta.exists and item.inbox:
+        step_instance(b, item, now_ms)  # as a start: what the batch queued applies first
+    if meta.status is not None and not meta.status.is_terminal and msg.reuse_policy in _SIGNALS:
+        return _signal(b, item, msg, now_ms)
+    if meta.exists:
+        refusal = _reuse_refusal(b, item, start, now_ms)
+        if refusal is not None:
+            return refusal
+    meta.pending_events.append(PendingEvent(msg.event_name, msg.event_input, now_ms))
     begin(b, item, start, now_ms)
     return accepted("started a new run with the event")
+
+
+#: The policies under which a signal-with-start signals a live or PENDING instance.
+_SIGNALS = frozenset({IdReusePolicy.IGNORE_IF_RUNNING, IdReusePolicy.REJECT_DUPLICATE})
+
+
+def _signal(b: Batch, item: Loaded, msg: SignalWithStart, now_ms: int) -> Verdict:
+    """The event of a signal-with-start for an instance that has not ended."""
+    meta = item.meta
+    if meta.status is RuntimeStatus.PENDING:
+        return pending.keep(b, meta, msg.event_name, msg.event_input, now_ms)
+    if parking.keeps_events(item):
+        return parking.keep_event(b, item, msg.event_name, msg.event_input, now_ms)
+    item.inbox.append(Inbound(EventRaised(msg.event_name, msg.event_input)))
+    status = meta.reported_status or meta.status
+    assert status is not None
+    return accepted(f"instance is {status.value}; the event was delivered")
 
 
 # --- timers ---------------------------------------------------------------------------------
