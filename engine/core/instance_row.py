@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from engine.core.concurrency import ConcurrencySlots
 from engine.core.failure import FailureDetails
 from engine.core.history import ParentClosePolicy, RuntimeStatus
-from engine.core.messages import InstanceStatus, StartWorkflow
+from engine.core.messages import InstanceStatus, RerunFrom, ResetWorkflow, StartWorkflow
 from engine.core.payloads import Payload, to_payload
 from engine.core.schedules import ScheduleState, describe, schedule_name
 
@@ -90,7 +90,9 @@ class InstanceRow:
     generation_start: int = 0
     last_hash: bytes = b""
     pending_events: list[PendingEvent] = field(default_factory=list)
-    scheduled_start: StartWorkflow | None = None
+    #: What a PENDING instance begins with when its time or its slot comes: its start, or
+    #: a reset or rerun that waits for a slot of its concurrency key (a Command record).
+    scheduled_start: StartWorkflow | ResetWorkflow | RerunFrom | None = None
     #: Set while a bug in the workflow code keeps the instance waiting for a fix.
     parked: Parked | None = None
     #: Recent command request ids, oldest first (bounded by count and age: the settings
@@ -155,10 +157,17 @@ class InstanceRow:
         if self.status is not RuntimeStatus.PENDING or not self.slot:
             return ""
         start = self.scheduled_start
-        key = self.concurrency_key or (start.concurrency_key if start is not None else "")
+        key = self.concurrency_key
+        if isinstance(start, StartWorkflow):
+            key = key or start.concurrency_key  # a row from before the field
+        what = (
+            f" (a {start.KIND} waits to run)"
+            if isinstance(start, ResetWorkflow | RerunFrom)
+            else ""
+        )
         return (
             f"waits for a slot: workflow {self.name!r} runs at most its "
-            f"max_concurrency_per_key instances for concurrency key {key!r}"
+            f"max_concurrency_per_key instances for concurrency key {key!r}{what}"
         )
 
     def _schedule_status(self, schedule: ScheduleState) -> InstanceStatus:

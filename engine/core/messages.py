@@ -226,6 +226,8 @@ class RerunFrom(Message):
     reason: str = ""
     request_id: str = ""
     history: list[bytes] = field(default_factory=list)
+    #: The source run's concurrency key: the new run takes a slot of it, as a start would.
+    concurrency_key: str = ""
 
 
 COMMAND_BODY_TYPES: tuple[type[Message], ...] = (

@@ -117,7 +117,7 @@ def on_start(b: Batch, msg: StartWorkflow, now_ms: int) -> Verdict:
 
 def start_now(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> Verdict:
     """Begin the run, or, under a per-key concurrency limit, queue it for a slot."""
-    limit = slots.limit_of(b, msg) if msg.concurrency_key else 0
+    limit = slots.limit_of(b, msg.name, msg.version) if msg.concurrency_key else 0
     if limit == 0:
         begin(b, item, msg, now_ms)
         return accepted()
@@ -136,7 +136,7 @@ def _limit_refusal(b: Batch, msg: StartWorkflow) -> Verdict | None:
         return _refuse(b, msg, "NoConcurrencyLimitError", reason)
     if msg.instance_id.startswith(SCHEDULE_PREFIX):
         return _refuse(b, msg, "ScheduleDefinitionError", _RESERVED_FOR_SCHEDULES)
-    if msg.concurrency_key and slots.limit_of(b, msg) == 0:
+    if msg.concurrency_key and slots.limit_of(b, msg.name, msg.version) == 0:
         reason = (
             f"the start names concurrency_key {msg.concurrency_key!r} but workflow "
             f"{msg.name!r} declares no limit: declare @workflow(max_concurrency_per_key=K) "
@@ -209,7 +209,7 @@ def _schedule_start(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> 
 
 def _cancel_scheduled_start(b: Batch, meta: InstanceRow) -> None:
     start = meta.scheduled_start
-    if start is not None and start.scheduled_start_ms is not None:
+    if isinstance(start, StartWorkflow) and start.scheduled_start_ms is not None:
         key = keys.TimerKey(start.scheduled_start_ms, meta.instance_id, meta.generation, -1)
         b.tables.delete_timer(key)
     meta.scheduled_start = None
@@ -545,8 +545,9 @@ def fire_timer(b: Batch, timer: keys.TimerKey, now_ms: int) -> None:
             purge_row(b, item)
         return
     if timer.task_id == START_TIMER:
-        if meta.status is RuntimeStatus.PENDING and meta.scheduled_start is not None:
-            start_now(b, item, meta.scheduled_start, now_ms)
+        start = meta.scheduled_start
+        if meta.status is RuntimeStatus.PENDING and isinstance(start, StartWorkflow):
+            start_now(b, item, start, now_ms)
         return
     if meta.status in (RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED):
         item.inbox.append(Inbound(TimerFired(timer.task_id, timer.fire_at_ms), timer.generation))
@@ -564,6 +565,9 @@ def on_concurrency_slot(b: Batch, msg: ConcurrencySlot, now_ms: int) -> None:
     if start is None:
         return
     item = b.load(msg.instance_id)
+    if not isinstance(start, StartWorkflow):
+        reset.run_granted(b, item, start, now_ms)  # a reset or rerun that waited for it
+        return
     held, item.meta.slot = item.meta.slot, ""  # begin gives back a replaced run's slot
     begin(b, item, start, now_ms)
     item.meta.slot = held
