@@ -111,8 +111,9 @@ def expire_due(b: Batch, item: Loaded, now_ms: int) -> None:
     nothing else (an id that never started) is removed."""
     meta = item.meta
     kept = unexpired(b, meta, now_ms)
-    if len(kept) == len(meta.pending_events) and kept:
-        _arm(b, meta)  # a stale timer (its event was delivered); the oldest has its own
+    if len(kept) == len(meta.pending_events):  # a stale timer: its event was delivered
+        if kept:
+            _arm(b, meta)  # the oldest left (its timer is this same key, or a later one)
         return
     meta.pending_events = kept
     b.save(meta)
