@@ -251,8 +251,10 @@ class Client(ScheduleMethods):
     ) -> CommandOutcome | None:
         """Deliver an external event; returns the processor's answer (None with
         ``wait=False``). An instance that has not started yet keeps the event until it
-        starts (``result`` BUFFERED); one that ended refuses it (InstanceNotRunningError).
-        The same ``request_id`` sent again is delivered once."""
+        starts, at most ``pending_events_ttl_ms`` (then it goes to dead letters), and a
+        PARKED one keeps it for its retry (``result`` BUFFERED both); one that ended
+        refuses it (InstanceNotRunningError). The same ``request_id`` sent again is
+        delivered once."""
         return self._service.raise_event(instance_id, name, data, request_id=request_id, wait=wait)
 
     def signal_with_start(
@@ -267,11 +269,17 @@ class Client(ScheduleMethods):
         tags: dict[str, str] | None = None,
         request_id: str | None = None,
         wait: bool = True,
+        reuse_policy: IdReusePolicy = IdReusePolicy.IGNORE_IF_RUNNING,
     ) -> WorkflowHandle[Any]:
         """Deliver ``event`` to the instance, starting a run of ``workflow`` (with
-        ``input``) first unless it is RUNNING or SUSPENDED, in one atomic step. Returns the
-        instance's handle; its ``outcome`` is the processor's answer (the reason says
-        which happened) and its ``result()`` waits for the run the event went to."""
+        ``input``) first unless it is RUNNING, SUSPENDED, PARKED or PENDING, in one atomic
+        step. Returns the instance's handle; its ``outcome`` is the processor's answer (the
+        reason says which happened) and its ``result()`` waits for the run the event went
+        to. ``reuse_policy`` judges an existing instance as for ``start``: the default,
+        IGNORE_IF_RUNNING, signals a live one and replaces an ended one (what Temporal's
+        signal-with-start does); ERROR_IF_RUNNING refuses a live one
+        (WorkflowAlreadyRunningError), TERMINATE_IF_RUNNING replaces it, REJECT_DUPLICATE
+        refuses an ended one (WorkflowAlreadyRanError)."""
         outcome = self._service.signal_with_start(
             workflow,
             instance_id,
@@ -282,6 +290,7 @@ class Client(ScheduleMethods):
             tags=tags,
             request_id=request_id,
             wait=wait,
+            reuse_policy=reuse_policy,
         )
         result = None if isinstance(workflow, str) else return_type(workflow)
         return WorkflowHandle(instance_id, self, result, outcome)

@@ -309,7 +309,7 @@ OTHER = "(other)"
 def _by_version(partitions: list[tuple[int, PartitionProcessor]]) -> Metric:
     family = GaugeMetricFamily(
         "turnstile_instances_by_version",
-        "Open instances (PENDING, RUNNING, SUSPENDED) per workflow and version on the "
+        "Open instances (PENDING, RUNNING, SUSPENDED, PARKED) per workflow and version on the "
         "owned partitions: a version at 0 on every replica no longer runs anywhere",
         labels=["name", "version"],
     )

@@ -165,6 +165,15 @@ def _register_raise(subparsers: SubParsers) -> None:
     both.add_argument(
         "--tag", type=tag_pair, action="append", default=[], help="KEY=VALUE tag (repeatable)"
     )
+    both.add_argument(
+        "--reuse-policy",
+        type=str.upper,
+        choices=[p.value for p in IdReusePolicy],
+        default=IdReusePolicy.IGNORE_IF_RUNNING.value,
+        help="what the start does to an existing instance (default IGNORE_IF_RUNNING: a live "
+        "one just gets the event, an ended one a new run; ERROR_IF_RUNNING refuses a live "
+        "one, TERMINATE_IF_RUNNING replaces it, REJECT_DUPLICATE refuses an ended one)",
+    )
     add_answer_flags(both)
 
 
@@ -192,6 +201,7 @@ def _signal_with_start(args: argparse.Namespace) -> int:
             tags=dict(args.tag),
             request_id=args.request_id,
             wait=args.wait_answer,
+            reuse_policy=IdReusePolicy(args.reuse_policy),
         )
     return print_answer(handle.outcome)
 
@@ -390,5 +400,6 @@ def _print_state(state: InstanceState, as_json: bool) -> None:
     if state.unserved:
         lines.append(f"unserved:     {state.unserved}")
     if state.pending_reason:
-        lines.append(f"pending:      {state.pending_reason}")
+        label = "parked:" if state.status is RuntimeStatus.PARKED else "pending:"
+        lines.append(f"{label:<14}{state.pending_reason}")
     print("\n".join(lines))

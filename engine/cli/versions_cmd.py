@@ -24,8 +24,8 @@ def register(subparsers: SubParsers) -> None:
     parser = subparsers.add_parser(
         "versions",
         help=help_text,
-        description=f"{help_text.capitalize()}. Open means PENDING, RUNNING or SUSPENDED: "
-        "a version with no open instances no longer runs anywhere, so its code can be "
+        description=f"{help_text.capitalize()}. Open means PENDING, RUNNING, SUSPENDED or "
+        "PARKED: a version with no open instances no longer runs anywhere, so its code can be "
         "removed once its finished histories need no replay either.",
     )
     add_settings_arguments(parser)

@@ -82,6 +82,11 @@ class Settings:
     #: An exception the workflow code did not mean (a bug, an unregistered workflow) parks
     #: the instance until fixed code runs it, instead of failing it for good.
     park_workflow_errors: bool = True
+    #: Events a parked instance keeps for its retry, by count and bytes (encoded); past
+    #: either, a new event goes to dead letters with the reason. The bytes must stay at
+    #: most half of ``max_record_bytes`` (they live in the instance's row).
+    parked_events_max: int = 1000
+    parked_events_max_bytes: int = 256 * 1024
     #: Size limits (bytes) of the values a workflow moves; see engine.core.limits.
     max_workflow_input_bytes: int = 256 * 1024
     max_workflow_output_bytes: int = 256 * 1024
@@ -339,6 +344,8 @@ _CHECKS: dict[str, Callable[[str, Any], str | None]] = {
     "max_batch_ms": _not_negative,
     "pending_events_max": _not_negative,
     "pending_events_ttl_ms": _not_negative,
+    "parked_events_max": _not_negative,
+    "parked_events_max_bytes": _not_negative,
     "dedup_window": _not_negative,
     "dedup_window_ms": _not_negative,
     "retention_ms": _not_negative,
@@ -368,6 +375,12 @@ def _validate(settings: Settings) -> None:
                 f"{problem} (setting {name}: --{name.replace('_', '-')} or {env_name(name)})"
             )
     settings.limits  # noqa: B018 - raises ConfigurationError when the limits do not fit
+    if settings.parked_events_max_bytes > settings.max_record_bytes // 2:
+        raise ConfigurationError(
+            f"parked_events_max_bytes={settings.parked_events_max_bytes} must be at most half "
+            f"of max_record_bytes={settings.max_record_bytes}: a parked instance keeps its "
+            f"events in its row, which is one record; lower it or raise max_record_bytes"
+        )
     if settings.wire_format == CONFLUENT_WIRE_FORMAT and not settings.schema_registry_url:
         raise ConfigurationError(
             "wire_format = confluent needs a Schema Registry: set schema_registry_url "

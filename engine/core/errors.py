@@ -46,6 +46,7 @@ works where Python code expects it)::
     |       +-- InstanceAlreadySuspendedError
     |       +-- InstanceStillRunningError
     |       +-- PendingEventsFullError
+    |       +-- ParkedEventsFullError
     |       +-- NoConcurrencyLimitError
     |       +-- ScheduleRefusedError
     |       |   +-- ScheduleAlreadyExistsError
@@ -284,7 +285,8 @@ class InstanceAlreadyExistsError(CommandRefusedError):
 
 
 class WorkflowAlreadyRunningError(InstanceAlreadyExistsError):
-    """A start under ERROR_IF_RUNNING found the instance PENDING, RUNNING or SUSPENDED."""
+    """A start under ERROR_IF_RUNNING found the instance PENDING, RUNNING, SUSPENDED or
+    PARKED."""
 
 
 class WorkflowAlreadyRanError(InstanceAlreadyExistsError):
@@ -305,12 +307,18 @@ class InstanceAlreadySuspendedError(CommandRefusedError):
 
 
 class InstanceStillRunningError(CommandRefusedError):
-    """A purge found the instance still PENDING, RUNNING or SUSPENDED."""
+    """A purge found the instance still PENDING, RUNNING, SUSPENDED or PARKED."""
 
 
 class PendingEventsFullError(CommandRefusedError):
     """An event for an instance that has not started found its bound of pending events
     full (``pending_events_max``); the event went to dead letters."""
+
+
+class ParkedEventsFullError(CommandRefusedError):
+    """An event for a PARKED instance found the events it keeps for its retry at their
+    bound (``parked_events_max``, ``parked_events_max_bytes``); the event went to dead
+    letters and the instance stays parked."""
 
 
 # --- per-key concurrency limits on starts ---------------------------------------------------

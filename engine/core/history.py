@@ -27,6 +27,10 @@ OMIT_EMPTY = "omit_empty"
 
 
 class RuntimeStatus(StrEnum):
+    """Where an instance stands. PARKED is the processor's own: the runtime never reaches
+    it; an instance whose code raised an unexpected error waits for a fix in it
+    (``engine/services/processor/parking.py``), alive like RUNNING."""
+
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     SUSPENDED = "SUSPENDED"
@@ -34,6 +38,7 @@ class RuntimeStatus(StrEnum):
     FAILED = "FAILED"
     TERMINATED = "TERMINATED"
     CONTINUED_AS_NEW = "CONTINUED_AS_NEW"
+    PARKED = "PARKED"
 
     @property
     def is_terminal(self) -> bool:

@@ -12,11 +12,12 @@ Avro tool and evolves under the same rules.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from engine.core.concurrency import ConcurrencySlots
 from engine.core.failure import FailureDetails
 from engine.core.history import ParentClosePolicy, RuntimeStatus
-from engine.core.messages import InstanceStatus, StartWorkflow
+from engine.core.messages import InstanceStatus, RerunFrom, ResetWorkflow, StartWorkflow
 from engine.core.payloads import Payload, to_payload
 from engine.core.schedules import ScheduleState, describe, schedule_name
 
@@ -89,7 +90,9 @@ class InstanceRow:
     generation_start: int = 0
     last_hash: bytes = b""
     pending_events: list[PendingEvent] = field(default_factory=list)
-    scheduled_start: StartWorkflow | None = None
+    #: What a PENDING instance begins with when its time or its slot comes: its start, or
+    #: a reset or rerun that waits for a slot of its concurrency key (a Command record).
+    scheduled_start: StartWorkflow | ResetWorkflow | RerunFrom | None = None
     #: Set while a bug in the workflow code keeps the instance waiting for a fix.
     parked: Parked | None = None
     #: Recent command request ids, oldest first (bounded by count and age: the settings
@@ -108,40 +111,63 @@ class InstanceRow:
     slots: ConcurrencySlots | None = None
     #: Only in a schedule's row (``~schedules/NAME``): the schedule and its bookkeeping.
     schedule: ScheduleState | None = None
+    #: The concurrency key of the current run's start ("": none), kept after the run
+    #: ends, so that a reset of it takes a slot of the same key as a start would.
+    concurrency_key: str = ""
 
     @property
     def exists(self) -> bool:
         return self.status is not None
 
+    @property
+    def reported_status(self) -> RuntimeStatus | None:
+        """The status the instance shows (status record, command answers, metrics):
+        PARKED while a bug in its code keeps it waiting for a fix, else :attr:`status`.
+
+        ``status`` itself stays what the history says (RUNNING or SUSPENDED), so a retry
+        that runs on, or a termination, needs no other bookkeeping to leave PARKED."""
+        if self.parked is not None and self.status is not None and not self.status.is_terminal:
+            return RuntimeStatus.PARKED
+        return self.status
+
     def to_status(self) -> InstanceStatus:
         if self.schedule is not None:
             return self._schedule_status(self.schedule)
+        parked = self.parked if self.reported_status is RuntimeStatus.PARKED else None
         return InstanceStatus(
             instance_id=self.instance_id,
             name=self.name,
             version=self.version,
-            status=self.status or RuntimeStatus.PENDING,
+            status=self.reported_status or RuntimeStatus.PENDING,
             generation=self.generation,
             created_ms=self.created_ms,
             last_updated_ms=self.last_updated_ms,
             input=self.input,
             output=self.output,
             custom_status=self.custom_status,
-            failure=self.failure,
+            failure=self.failure if parked is None else parked.failure,
             parent_instance_id=self.parent_instance_id,
             tags=dict(self.tags),
             request_id=self.request_id,
             unserved=self.unserved,
-            pending_reason=self._pending_reason(),
+            pending_reason=self._pending_reason() if parked is None else parked_reason(parked),
         )
 
     def _pending_reason(self) -> str:
-        start = self.scheduled_start
-        if self.status is not RuntimeStatus.PENDING or not self.slot or start is None:
+        if self.status is not RuntimeStatus.PENDING or not self.slot:
             return ""
+        start = self.scheduled_start
+        key = self.concurrency_key
+        if isinstance(start, StartWorkflow):
+            key = key or start.concurrency_key  # a row from before the field
+        what = (
+            f" (a {start.KIND} waits to run)"
+            if isinstance(start, ResetWorkflow | RerunFrom)
+            else ""
+        )
         return (
             f"waits for a slot: workflow {self.name!r} runs at most its "
-            f"max_concurrency_per_key instances for concurrency key {start.concurrency_key!r}"
+            f"max_concurrency_per_key instances for concurrency key {key!r}{what}"
         )
 
     def _schedule_status(self, schedule: ScheduleState) -> InstanceStatus:
@@ -158,3 +184,15 @@ class InstanceRow:
             custom_status=to_payload(describe(schedule_name(self.instance_id), schedule)),
             request_id=self.request_id,
         )
+
+
+def parked_reason(parked: Parked) -> str:
+    """Why a PARKED instance waits and what brings it back (its status record's reason)."""
+    when = datetime.fromtimestamp(parked.retry_at_ms / 1000, UTC).isoformat(timespec="seconds")
+    failure = parked.failure
+    return (
+        f"waits for fixed code: its workflow code raised {failure.type}: {failure.message} "
+        f"(attempt {parked.attempts}); it keeps {len(parked.inbox)} event(s) and retries at "
+        f"{when} with the code deployed then; deploy a fix and 'turnstile retry', or "
+        f"'turnstile terminate' it"
+    )

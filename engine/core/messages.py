@@ -99,9 +99,13 @@ class PurgeWorkflow(Message):
 class SignalWithStart(Message):
     """Start the instance unless it runs, then deliver an event to it, in one turn.
 
-    A running (or suspended) instance just receives the event; a scheduled one keeps it
-    until it starts; otherwise (never started, or ended) a new run starts with the event
-    as its first input after the start, so the event can never be lost between the two.
+    Under the default ``reuse_policy`` (IGNORE_IF_RUNNING: the start is ignored, not the
+    event) a live instance (RUNNING, SUSPENDED, PARKED) just receives the event, a PENDING
+    one keeps it until it starts, and otherwise (never started, or ended) a new run starts
+    with the event as its first input after the start, so the event can never be lost
+    between the two. ERROR_IF_RUNNING refuses a live or PENDING instance,
+    TERMINATE_IF_RUNNING replaces it by the new run, REJECT_DUPLICATE refuses an ended one
+    (and delivers to a live one) - as a start under the same policy would judge the id.
     """
 
     KIND: ClassVar[str] = "SignalWithStart"
@@ -112,6 +116,7 @@ class SignalWithStart(Message):
     tags: dict[str, str] = field(default_factory=dict)
     event_name: str = ""
     event_input: Payload | None = None
+    reuse_policy: IdReusePolicy = IdReusePolicy.IGNORE_IF_RUNNING
 
 
 # --- reset and rerun ------------------------------------------------------------------------
@@ -222,6 +227,8 @@ class RerunFrom(Message):
     reason: str = ""
     request_id: str = ""
     history: list[bytes] = field(default_factory=list)
+    #: The source run's concurrency key: the new run takes a slot of it, as a start would.
+    concurrency_key: str = ""
 
 
 COMMAND_BODY_TYPES: tuple[type[Message], ...] = (
@@ -330,8 +337,9 @@ class InstanceStatus(Message):
     request_id: str = ""
     #: An activity it waits for that a worker reported it does not serve ("": none).
     unserved: str = ""
-    #: Why a PENDING instance has not started ("": it has not, or it waits for its
-    #: scheduled time): e.g. it waits for a slot of its concurrency key.
+    #: Why the instance waits instead of running ("": it does not, or a PENDING one waits
+    #: for its scheduled time): a PENDING one for a slot of its concurrency key, a PARKED
+    #: one for fixed code (the error is in ``failure``; the attempts and next retry here).
     pending_reason: str = ""
 
 
@@ -339,7 +347,9 @@ class CommandResult(StrEnum):
     """How the processor answered a command."""
 
     ACCEPTED = "ACCEPTED"
-    #: An event for an instance that has not started yet: kept until it starts.
+    #: Kept, not applied yet: an event for an instance that has not started (kept until it
+    #: starts, at most ``pending_events_ttl_ms``) or that is PARKED (kept for its retry),
+    #: a start that waits for a slot, a suspension of a PARKED instance.
     BUFFERED = "BUFFERED"
     REFUSED = "REFUSED"
 

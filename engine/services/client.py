@@ -354,8 +354,10 @@ class InstanceState:
 
     @property
     def pending_reason(self) -> str:
-        """Why a PENDING instance has not started, e.g. it waits for a slot of its
-        concurrency key ("": it waits for its scheduled time, or it is not PENDING)."""
+        """Why the instance waits instead of running: a PENDING one for a slot of its
+        concurrency key, a PARKED one for fixed code (its attempts and next retry; the
+        error is in :attr:`failure`). "": it does not wait, or waits for its scheduled
+        time."""
         return self.raw.pending_reason
 
     @property
@@ -581,7 +583,8 @@ class WorkflowClient:
         wait: bool = True,
     ) -> CommandOutcome | None:
         """Deliver an external event. For an instance that has not started yet the event is
-        kept until it starts (the answer is BUFFERED); one that ended refuses it."""
+        kept until it starts, at most ``pending_events_ttl_ms``, and a PARKED one keeps it
+        for its retry (the answer is BUFFERED); one that ended refuses it."""
         payload = None if data is None else to_payload(data)
         command = RaiseEvent(instance_id, name, payload, _request_id(request_id))
         return self.send(command, flush=flush, wait=wait and flush)
@@ -598,10 +601,12 @@ class WorkflowClient:
         tags: dict[str, str] | None = None,
         request_id: str | None = None,
         wait: bool = True,
+        reuse_policy: IdReusePolicy = IdReusePolicy.IGNORE_IF_RUNNING,
     ) -> CommandOutcome | None:
         """Deliver ``event`` to the instance, starting it first (with ``input``) unless it
-        is RUNNING or SUSPENDED, atomically: the event cannot fall between an end and a
-        new start."""
+        is RUNNING, SUSPENDED, PARKED or PENDING, atomically: the event cannot fall between
+        an end and a new start. ``reuse_policy`` judges an existing instance as for a
+        start (the default, IGNORE_IF_RUNNING, ignores the start half for a live one)."""
         command = SignalWithStart(
             instance_id=instance_id,
             name=self.registry.workflow_name(workflow),
@@ -611,6 +616,7 @@ class WorkflowClient:
             tags=checked_tags(tags),
             event_name=event,
             event_input=None if data is None else to_payload(data),
+            reuse_policy=IdReusePolicy(reuse_policy),
         )
         return self.send(command, wait=wait)
 

@@ -36,6 +36,7 @@ REFUSALS: dict[str, type[CommandRefusedError]] = {
         errors.InstanceAlreadySuspendedError,
         errors.InstanceStillRunningError,
         errors.PendingEventsFullError,
+        errors.ParkedEventsFullError,
         errors.NoConcurrencyLimitError,
         errors.ScheduleAlreadyExistsError,
         errors.ScheduleNotFoundError,
@@ -57,6 +58,8 @@ _HINTS: dict[type[CommandRefusedError], str] = {
     errors.InstanceAlreadySuspendedError: "resume it first if it should run",
     errors.InstanceStillRunningError: "terminate it first, or wait for it to end",
     errors.PendingEventsFullError: "start the instance, or raise pending_events_max",
+    errors.ParkedEventsFullError: "deploy a fix and 'turnstile retry' the instance, then "
+    "send the event again from dead letters (or raise parked_events_max/_bytes)",
     errors.ScheduleAlreadyExistsError: "delete it first ('turnstile schedule delete NAME'), "
     "or choose another name",
     errors.ScheduleNotFoundError: "check the name ('turnstile schedule list')",

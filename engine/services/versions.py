@@ -19,12 +19,14 @@ from engine.runtime.versions import version_key
 __all__ = ["OPEN_STATUSES", "VersionCount", "count_versions"]
 
 #: Statuses of instances whose code may still run (so their version must stay deployed).
-OPEN_STATUSES = frozenset({RuntimeStatus.PENDING, RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED})
+OPEN_STATUSES = frozenset(
+    {RuntimeStatus.PENDING, RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED, RuntimeStatus.PARKED}
+)
 
 
 @dataclass(frozen=True, slots=True)
 class VersionCount:
-    """One (workflow, version): its open instances (PENDING, RUNNING, SUSPENDED) and the
+    """One (workflow, version): its open instances (PENDING, RUNNING, SUSPENDED, PARKED) and the
     ended ones the status topic still knows (purged instances are gone)."""
 
     name: str

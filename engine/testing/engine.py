@@ -168,6 +168,8 @@ class TestEngine(ScheduleMethods):
             dedup_window_ms=base.dedup_window_ms,
             retention_ms=base.retention_ms,
             park_workflow_errors=base.park_workflow_errors,
+            parked_events_max=base.parked_events_max,
+            parked_events_max_bytes=base.parked_events_max_bytes,
             cache_capacity=partition_cache_capacity(base.cache_instances, partitions),
             limits=base.limits,
             watchdog=TurnWatchdog(base.turn_budget_ms),

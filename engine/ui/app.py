@@ -29,6 +29,7 @@ from engine.core.errors import (
     InvalidPageTokenError,
     TurnstileError,
 )
+from engine.core.history import RuntimeStatus
 from engine.ui.source import DashboardSource
 
 __all__ = ["TOKEN_HEADER", "create_app"]
@@ -75,6 +76,7 @@ class _Api:
                 "namespace": self.source.settings.namespace,
                 "actions": self.allow_actions,
                 "token_required": self.token is not None,
+                "statuses": [status.value for status in RuntimeStatus],
             }
         )
 

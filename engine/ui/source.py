@@ -42,7 +42,15 @@ def _suspended(before: InstanceStatus, now: InstanceStatus | None) -> bool:
 
 
 def _resumed(before: InstanceStatus, now: InstanceStatus | None) -> bool:
-    return now is not None and now.status is not RuntimeStatus.SUSPENDED
+    """A suspended instance runs again; a parked one (a resume is its retry) ran its code
+    again: it moved on, or parked anew (a later attempt)."""
+    if now is None:
+        return False
+    if before.status is RuntimeStatus.PARKED:
+        return (
+            now.status is not RuntimeStatus.PARKED or now.last_updated_ms > before.last_updated_ms
+        )
+    return now.status is not RuntimeStatus.SUSPENDED
 
 
 def _purged(before: InstanceStatus, now: InstanceStatus | None) -> bool:

@@ -93,6 +93,7 @@ def engine_url(settings: Settings) -> Iterator[str]:
     argv = [
         sys.executable, "-m", "engine", "run", "all",
         "--module", "engine.examples.orders", "--module", "tests.workflows_for_tests",
+        "--module", "tests.parking_workflows",
         "--namespace", settings.namespace, "--bootstrap-servers", settings.bootstrap_servers,
         "--partitions", "2", "--state-dir", settings.state_dir,
         "--metrics-port", str(port),
@@ -192,6 +193,28 @@ def test_a_running_engine_serves_its_metrics(settings: Settings, engine_url: str
     for name, rows in samples.items():
         for labels, _ in rows:
             assert not {approved, late, failing, echo} & set(labels.values()), (name, labels)
+
+
+def test_a_parked_instance_is_counted_as_parked(settings: Settings, engine_url: str) -> None:
+    """The engine process runs the buggy workflow unfixed: the instance parks, and the
+    per-status gauge counts it under PARKED (not RUNNING) until it is terminated."""
+    with Client(settings=settings) as client:
+        handle = client.start("parking.buggy", {"name": "m"})
+        client.wait_for_start(handle, 120)
+        handle.raise_event("go", "now")
+        instances = "turnstile_instances"
+
+        def counted(status: str, n: int) -> bool:
+            return _value(_scrape(engine_url), instances, status=status) == n
+
+        wait_until(lambda: counted("PARKED", 1), 120, 0.5, "the gauge to count it PARKED")
+        samples = _scrape(engine_url)
+        assert _value(samples, instances, status="RUNNING") == 0
+        by_version = samples["turnstile_instances_by_version"]
+        assert [n for labels, n in by_version if labels["name"] == "parking.buggy"] == [1]
+        handle.terminate("seen")
+        wait_until(lambda: counted("TERMINATED", 1), 120, 0.5, "the gauge to count it ended")
+        assert counted("PARKED", 0)
 
 
 def test_an_idle_worker_group_reads_lag_zero(settings: Settings, engine_url: str) -> None:

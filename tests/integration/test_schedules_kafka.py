@@ -92,3 +92,24 @@ def test_retention_purges_finished_instances(kafka_bootstrap: str) -> None:
         wait_until(lambda: client.get("brief-1") is None, timeout=60, what="the purge")
         history = engine.history("brief-1")  # the history topic keeps its events
         assert any(isinstance(e.body, ExecutionCompleted) for e in history)
+
+
+def test_a_schedule_whose_run_parks_pauses_itself(kafka_bootstrap: str) -> None:
+    """A typo in the workflow name parks the first run on its partition; the run tells the
+    schedule's row (a PARKED child result over instance-messages), which pauses and says
+    why, instead of skipping every later slot behind a run that never ends."""
+    with running_engine(kafka_bootstrap, workers=0, modules=MODULES) as engine:
+        _ok(_cli(engine, "create", "typo", "--every", "1s", "--workflow", "sched.tikc"))
+
+        def paused() -> dict[str, Any] | None:
+            described: dict[str, Any] = json.loads(_ok(_cli(engine, "describe", "typo")))
+            return described if described["state"] == "PAUSED" else None
+
+        described = wait_until(paused, timeout=60, what="the schedule to pause itself")
+        assert "NotRegisteredError" in described["note"] and "PARKED" in described["note"]
+        assert described["started"] == 1 and described["next_fire"] == "-"
+        (run,) = described["running"]
+        state = engine.client.get(run)
+        assert state is not None and state.status is RuntimeStatus.PARKED
+        assert "PAUSED" in _ok(_cli(engine, "list"))
+        assert _ok(_cli(engine, "resume", "typo")).startswith("ACCEPTED: resumed")

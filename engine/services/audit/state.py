@@ -13,13 +13,16 @@ Cases that are not differences:
 - a purged instance: history remains, state row and status record are gone;
 - a run that has not started (scheduled start, or terminated before it started): it has a
   row and a status record but no history of its own, so only the chain tail is compared;
-- a row that only holds events raised before any start.
+- a row that only holds events raised before any start;
+- a PARKED instance: its status record says PARKED with the error its code raised, while
+  its history and row say RUNNING or SUSPENDED (a parked turn records nothing; parked on
+  the first turn of a run, it has no history of that run yet).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.core.failure import FailureDetails
@@ -52,7 +55,8 @@ __all__ = [
 ]
 
 _HASH_SIZE = 32
-_NOT_STARTED = frozenset({RuntimeStatus.PENDING, RuntimeStatus.TERMINATED})
+_NOT_STARTED = frozenset({RuntimeStatus.PENDING, RuntimeStatus.TERMINATED, RuntimeStatus.PARKED})
+_LIVE = frozenset({RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED})
 
 
 # --- history ------------------------------------------------------------------------------
@@ -315,7 +319,7 @@ def _compare_state(
     if meta is None or meta.status is None:
         return [Difference(instance_id, "state", "row", _text(fold.status) + " instance", "no row")]
     diffs = []
-    if not _not_started(fold, meta.status, meta.generation):
+    if not _not_started(fold, meta.reported_status, meta.generation):
         diffs += _diff_fields(instance_id, "state", _fold_fields(fold), _fields(meta))
     tail = {"next_sequence": fold.next_sequence, "last_hash": fold.last_hash}
     diffs += _diff_fields(
@@ -336,6 +340,9 @@ def _compare_status(
         ]
     if _not_started(fold, status.status, status.generation):
         return []
+    if status.status is RuntimeStatus.PARKED and fold.status in _LIVE:
+        # the record shows the parking and its error; the history, the run it stands in
+        status = replace(status, status=fold.status, failure=fold.failure)
     return _diff_fields(instance_id, "status", _fold_fields(fold), _fields(status))
 
 
@@ -347,7 +354,7 @@ def _without_history(
     if instance_id.startswith(SCHEDULE_PREFIX):
         return []
     diffs = []
-    if meta is not None and not _not_started(None, meta.status, meta.generation):
+    if meta is not None and not _not_started(None, meta.reported_status, meta.generation):
         diffs.append(Difference(instance_id, "state", "row", "no events", _text(meta.status)))
     if status is not None and not _not_started(None, status.status, status.generation):
         diffs.append(Difference(instance_id, "status", "record", "no events", _text(status.status)))

@@ -126,7 +126,7 @@ def send_outcome(
         result=verdict.result,
         reason=verdict.reason,
         error=verdict.error,
-        status=meta.status,
+        status=meta.reported_status,
         duplicate=duplicate,
         timestamp_ms=now_ms,
         generation=meta.generation,

@@ -52,7 +52,6 @@ from engine.core.messages import (
     SuspendWorkflow,
     TerminateWorkflow,
 )
-from engine.core.payloads import Payload
 from engine.core.schedules import SCHEDULE_PREFIX
 from engine.core.tags import checked_tags
 from engine.runtime.executor import WorkflowExecution
@@ -118,7 +117,7 @@ def on_start(b: Batch, msg: StartWorkflow, now_ms: int) -> Verdict:
 
 def start_now(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> Verdict:
     """Begin the run, or, under a per-key concurrency limit, queue it for a slot."""
-    limit = slots.limit_of(b, msg) if msg.concurrency_key else 0
+    limit = slots.limit_of(b, msg.name, msg.version) if msg.concurrency_key else 0
     if limit == 0:
         begin(b, item, msg, now_ms)
         return accepted()
@@ -137,7 +136,7 @@ def _limit_refusal(b: Batch, msg: StartWorkflow) -> Verdict | None:
         return _refuse(b, msg, "NoConcurrencyLimitError", reason)
     if msg.instance_id.startswith(SCHEDULE_PREFIX):
         return _refuse(b, msg, "ScheduleDefinitionError", _RESERVED_FOR_SCHEDULES)
-    if msg.concurrency_key and slots.limit_of(b, msg) == 0:
+    if msg.concurrency_key and slots.limit_of(b, msg.name, msg.version) == 0:
         reason = (
             f"the start names concurrency_key {msg.concurrency_key!r} but workflow "
             f"{msg.name!r} declares no limit: declare @workflow(max_concurrency_per_key=K) "
@@ -157,8 +156,9 @@ def _reuse_refusal(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> V
             reason = f"instance {msg.instance_id} already ran (REJECT_DUPLICATE)"
             return _refuse(b, msg, "WorkflowAlreadyRanError", reason)
         return None
+    shown = meta.reported_status or meta.status
     if policy is IdReusePolicy.IGNORE_IF_RUNNING:
-        return accepted(f"instance is {meta.status.value}; start ignored (IGNORE_IF_RUNNING)")
+        return accepted(f"instance is {shown.value}; start ignored (IGNORE_IF_RUNNING)")
     if policy is IdReusePolicy.TERMINATE_IF_RUNNING:
         if meta.status is RuntimeStatus.PENDING:
             _cancel_scheduled_start(b, meta)
@@ -167,7 +167,7 @@ def _reuse_refusal(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> V
         item.inbox.append(Inbound(ExecutionTerminated("restarted by a new start")))
         step_instance(b, item, now_ms)
         return None
-    reason = f"instance {msg.instance_id} is {meta.status.value} (ERROR_IF_RUNNING)"
+    reason = f"instance {msg.instance_id} is {shown.value} (ERROR_IF_RUNNING)"
     return _refuse(b, msg, "WorkflowAlreadyRunningError", reason)
 
 
@@ -209,7 +209,7 @@ def _schedule_start(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> 
 
 def _cancel_scheduled_start(b: Batch, meta: InstanceRow) -> None:
     start = meta.scheduled_start
-    if start is not None and start.scheduled_start_ms is not None:
+    if isinstance(start, StartWorkflow) and start.scheduled_start_ms is not None:
         key = keys.TimerKey(start.scheduled_start_ms, meta.instance_id, meta.generation, -1)
         b.tables.delete_timer(key)
     meta.scheduled_start = None
@@ -231,6 +231,7 @@ def begin(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
     meta.parent_task_id = msg.parent_task_id
     meta.tags, meta.request_id = dict(msg.tags), msg.request_id
     meta.scheduled_start = None
+    meta.concurrency_key = msg.concurrency_key
     meta.generation_start = meta.next_sequence
     item.execution = WorkflowExecution(
         b.env.registry,
@@ -278,36 +279,14 @@ def on_raise(b: Batch, msg: RaiseEvent, now_ms: int) -> Verdict:
     item = b.load(msg.instance_id)
     meta = item.meta
     if meta.status in (None, RuntimeStatus.PENDING):
-        return _keep_pending(b, meta, msg.name, msg.input, now_ms)
+        return pending.keep(b, meta, msg.name, msg.input, now_ms)
     if meta.status.is_terminal:
         return _ended(msg, meta)
+    if parking.keeps_events(item):
+        return parking.keep_event(b, item, msg.name, msg.input, now_ms)
     item.inbox.append(Inbound(EventRaised(msg.name, msg.input)))
     spans.note_link(b, item)
     return accepted()
-
-
-def _keep_pending(
-    b: Batch, meta: InstanceRow, name: str, data: Payload | None, now: int
-) -> Verdict:
-    kept = pending.unexpired(b, meta, now)
-    if len(kept) != len(meta.pending_events):
-        meta.pending_events = kept
-        b.save(meta)
-    held = sum(len(e.input.data) for e in kept if e.input is not None)
-    size = len(data.data) if data is not None else 0
-    if len(kept) >= b.env.pending_events_max or held + size > b.env.limits.record // 2:
-        reason = (
-            f"instance {meta.instance_id} has not started and already holds "
-            f"{len(kept)} pending events of {held} bytes (pending_events_max, and half of "
-            f"max_record_bytes in all); start it or raise the bound"
-        )
-        b.dead_letter_current(reason, kind="PendingEventsFull")
-        return refused("PendingEventsFullError", reason)
-    kept.append(PendingEvent(name, data, now))
-    meta.pending_events = kept
-    b.save(meta)
-    what = "has not started yet" if meta.status is None else "waits for its scheduled start"
-    return buffered(f"instance {meta.instance_id} {what}; the event is kept until it starts")
 
 
 def _ended(msg: Message, meta: InstanceRow) -> Verdict:
@@ -377,6 +356,9 @@ def on_child_result(b: Batch, msg: ChildResult, now_ms: int) -> None:
     if schedules.is_schedule_id(msg.instance_id):
         schedules.on_run_ended(b, msg, now_ms)  # a run a schedule started has ended
         return
+    if msg.status is RuntimeStatus.PARKED:
+        _reject(b, msg, "only a schedule hears that a run it started parked")
+        return
     parent = b.load(msg.instance_id).meta
     running = [c for c in parent.children if c.instance_id != msg.child_instance_id]
     if len(running) != len(parent.children):  # it no longer runs, whatever its parent does
@@ -428,6 +410,14 @@ def on_suspend(b: Batch, msg: SuspendWorkflow, now_ms: int) -> Verdict:
     refusal = _not_live(msg, meta)
     if refusal is not None:
         return refusal
+    parked = meta.parked
+    if parked is not None:
+        item.inbox.append(Inbound(ExecutionSuspended(msg.reason)))
+        return buffered(
+            f"instance {msg.instance_id} is PARKED (its code raised {parked.failure.type}): "
+            f"the suspension is kept with its events and applies when a retry runs its code "
+            f"on a fix; until then it stays PARKED ('turnstile terminate' ends it now)"
+        )
     if meta.status is RuntimeStatus.SUSPENDED:
         return refused("InstanceAlreadySuspendedError", f"instance {msg.instance_id} is SUSPENDED")
     if meta.status is RuntimeStatus.PENDING:
@@ -457,8 +447,9 @@ def on_purge(b: Batch, msg: PurgeWorkflow, now_ms: int) -> Verdict:
     if meta.status is None:
         return _not_found(msg)
     if not meta.status.is_terminal:
+        shown = meta.reported_status or meta.status
         reason = (
-            f"instance {msg.instance_id} is {meta.status.value}: only completed, failed or "
+            f"instance {msg.instance_id} is {shown.value}: only completed, failed or "
             f"terminated instances can be purged"
         )
         return refused("InstanceStillRunningError", reason)
@@ -479,7 +470,8 @@ def purge_row(b: Batch, item: Loaded) -> None:
 
 
 def on_signal_with_start(b: Batch, msg: SignalWithStart, now_ms: int) -> Verdict:
-    """Deliver to a live instance, keep for a scheduled one, else start a run with it."""
+    """Deliver to a live instance, keep for a PENDING one, else start a run with it; the
+    ID-reuse policy judges an existing instance as it would judge a start."""
     keys.check_instance_id(msg.instance_id)
     checked_tags(msg.tags)
     if msg.instance_id.startswith(SLOTS_PREFIX):
@@ -490,22 +482,43 @@ def on_signal_with_start(b: Batch, msg: SignalWithStart, now_ms: int) -> Verdict
     b.env.limits.check("event", f"the payload of event {msg.event_name!r}", msg.event_input)
     item = b.load(msg.instance_id)
     meta = item.meta
-    if meta.status in (RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED):
-        item.inbox.append(Inbound(EventRaised(msg.event_name, msg.event_input)))
-        return accepted(f"instance is {meta.status.value}; the event was delivered")
-    if meta.status is RuntimeStatus.PENDING:
-        return _keep_pending(b, meta, msg.event_name, msg.event_input, now_ms)
-    meta.pending_events.append(PendingEvent(msg.event_name, msg.event_input, now_ms))
     start = StartWorkflow(
         instance_id=msg.instance_id,
         name=msg.name,
         input=msg.input,
         version=msg.version,
+        reuse_policy=msg.reuse_policy,
         request_id=msg.request_id,
         tags=dict(msg.tags),
     )
+    if meta.exists and item.inbox:
+        step_instance(b, item, now_ms)  # as a start: what the batch queued applies first
+    if meta.status is not None and not meta.status.is_terminal and msg.reuse_policy in _SIGNALS:
+        return _signal(b, item, msg, now_ms)
+    if meta.exists:
+        refusal = _reuse_refusal(b, item, start, now_ms)
+        if refusal is not None:
+            return refusal
+    meta.pending_events.append(PendingEvent(msg.event_name, msg.event_input, now_ms))
     begin(b, item, start, now_ms)
     return accepted("started a new run with the event")
+
+
+#: The policies under which a signal-with-start signals a live or PENDING instance.
+_SIGNALS = frozenset({IdReusePolicy.IGNORE_IF_RUNNING, IdReusePolicy.REJECT_DUPLICATE})
+
+
+def _signal(b: Batch, item: Loaded, msg: SignalWithStart, now_ms: int) -> Verdict:
+    """The event of a signal-with-start for an instance that has not ended."""
+    meta = item.meta
+    if meta.status is RuntimeStatus.PENDING:
+        return pending.keep(b, meta, msg.event_name, msg.event_input, now_ms)
+    if parking.keeps_events(item):
+        return parking.keep_event(b, item, msg.event_name, msg.event_input, now_ms)
+    item.inbox.append(Inbound(EventRaised(msg.event_name, msg.event_input)))
+    status = meta.reported_status or meta.status
+    assert status is not None
+    return accepted(f"instance is {status.value}; the event was delivered")
 
 
 # --- timers ---------------------------------------------------------------------------------
@@ -518,6 +531,9 @@ def fire_timer(b: Batch, timer: keys.TimerKey, now_ms: int) -> None:
     if timer.task_id == schedules.SCHEDULE_TIMER:
         schedules.fire(b, item, timer, now_ms)
         return
+    if timer.task_id == pending.PENDING_TIMER:
+        pending.expire_due(b, item, now_ms)  # the row's kept events, whatever its generation
+        return
     if timer.generation != meta.generation:
         b.counters.reject("TimerFired")
         return  # a timer of an older generation: dropped, never applied
@@ -529,8 +545,9 @@ def fire_timer(b: Batch, timer: keys.TimerKey, now_ms: int) -> None:
             purge_row(b, item)
         return
     if timer.task_id == START_TIMER:
-        if meta.status is RuntimeStatus.PENDING and meta.scheduled_start is not None:
-            start_now(b, item, meta.scheduled_start, now_ms)
+        start = meta.scheduled_start
+        if meta.status is RuntimeStatus.PENDING and isinstance(start, StartWorkflow):
+            start_now(b, item, start, now_ms)
         return
     if meta.status in (RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED):
         item.inbox.append(Inbound(TimerFired(timer.task_id, timer.fire_at_ms), timer.generation))
@@ -548,6 +565,9 @@ def on_concurrency_slot(b: Batch, msg: ConcurrencySlot, now_ms: int) -> None:
     if start is None:
         return
     item = b.load(msg.instance_id)
+    if not isinstance(start, StartWorkflow):
+        reset.run_granted(b, item, start, now_ms)  # a reset or rerun that waited for it
+        return
     held, item.meta.slot = item.meta.slot, ""  # begin gives back a replaced run's slot
     begin(b, item, start, now_ms)
     item.meta.slot = held

@@ -68,7 +68,7 @@ def step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
 
 
 def _step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
-    inbox = parking.take_inbox(b, item)
+    inbox = parking.take_inbox(b, item, now_ms)
     if inbox is None:
         return  # parked: the events wait for its retry
     meta = item.meta

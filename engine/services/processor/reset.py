@@ -36,7 +36,9 @@ from engine.core.errors import (
     NotRegisteredError,
     TurnstileError,
 )
+from engine.core.failure import FailureDetails
 from engine.core.history import (
+    EventRaised,
     ExecutionReset,
     ExecutionStarted,
     HistoryEvent,
@@ -52,12 +54,13 @@ from engine.core.messages import (
 from engine.runtime import actions as act
 from engine.runtime.executor import WorkflowExecution
 from engine.runtime.reset import ResetPlan, marked, plan_reset, resolve_point
-from engine.services.processor import cancels, keys
+from engine.services.processor import cancels, keys, parking, pending, slots
 from engine.services.processor.batch import Batch
 from engine.services.processor.command_outcomes import (
     Verdict,
     accepted,
     answered,
+    buffered,
     find,
     refused,
     remember,
@@ -74,7 +77,7 @@ from engine.services.processor.state import Loaded
 
 log = logging.getLogger("engine.processor")
 
-__all__ = ["on_rerun_from", "on_reset_command"]
+__all__ = ["on_rerun_from", "on_reset_command", "run_granted"]
 
 
 # --- the command ------------------------------------------------------------------------------
@@ -95,10 +98,30 @@ def _reset(b: Batch, msg: ResetWorkflow, now_ms: int) -> Verdict:
     events = _current_run(b, item)
     if isinstance(events, Verdict):
         return events
+    return _reset_from(b, item, msg, events, now_ms, granted=False)
+
+
+def _reset_from(
+    b: Batch,
+    item: Loaded,
+    msg: ResetWorkflow,
+    events: list[HistoryEvent],
+    now_ms: int,
+    *,
+    granted: bool,
+) -> Verdict:
+    """Reset the run of ``events``; an ended run under a per-key concurrency limit first
+    waits for a slot of its key, as a start does (``granted``: it has one now)."""
     try:
         plan = plan_reset(events, resolve_point(events, msg.target, msg.sequence))
     except InvalidResetPointError as exc:
         return refused(type(exc).__name__, str(exc))
+    meta = item.meta
+    ended = meta.status is not None and meta.status.is_terminal
+    if ended and not granted:  # a live run keeps the slot it holds (if any)
+        limit = slots.limit_of(b, meta.name, meta.version) if meta.concurrency_key else 0
+        if limit:
+            return _wait(b, item, msg, plan, meta.concurrency_key, limit, now_ms)
     marker = ExecutionReset(plan.point, msg.reason, msg.request_id)
     return new_run(b, item, plan, marker, now_ms, same_instance=True)
 
@@ -152,7 +175,15 @@ def _forward_rerun(b: Batch, msg: ResetWorkflow, now_ms: int) -> Verdict | None:
             f"{b.env.limits.record})"
         )
         return refused("RerunTooLargeError", reason)
-    rerun = RerunFrom(target, msg.instance_id, point, msg.reason, msg.request_id, rows)
+    rerun = RerunFrom(
+        target,
+        msg.instance_id,
+        point,
+        msg.reason,
+        msg.request_id,
+        rows,
+        concurrency_key=item.meta.concurrency_key,
+    )
     b.send(b.env.topics.instance_messages, rerun)
     return None
 
@@ -181,11 +212,19 @@ def on_rerun_from(b: Batch, msg: RerunFrom, now_ms: int) -> None:
 def _rerun(b: Batch, item: Loaded, msg: RerunFrom, now_ms: int) -> Verdict:
     meta = item.meta
     if meta.status is not None and not meta.status.is_terminal:
+        shown = meta.reported_status or meta.status
         reason = (
-            f"instance {meta.instance_id} is {meta.status.value}: a rerun needs a new id, "
+            f"instance {meta.instance_id} is {shown.value}: a rerun needs a new id, "
             f"or one whose run has ended"
         )
         return refused("WorkflowAlreadyRunningError", reason)
+    return _rerun_from(b, item, msg, now_ms, granted=False)
+
+
+def _rerun_from(b: Batch, item: Loaded, msg: RerunFrom, now_ms: int, *, granted: bool) -> Verdict:
+    """The rerun's new run; under a per-key concurrency limit it first waits for a slot
+    of the source run's key, as a start does (``granted``: it has one now)."""
+    meta = item.meta
     events = [
         _standalone(replace(decode_history(raw), instance_id=meta.instance_id))
         for raw in msg.history
@@ -194,8 +233,24 @@ def _rerun(b: Batch, item: Loaded, msg: RerunFrom, now_ms: int) -> Verdict:
         plan = plan_reset(events, msg.from_sequence)
     except InvalidResetPointError as exc:
         return refused(type(exc).__name__, str(exc))
+    started = _started_of(events)
+    key = msg.concurrency_key
+    limit = slots.limit_of(b, started.name, started.version) if key and not granted else 0
+    if limit:
+        meta.name, meta.version, meta.input = started.name, started.version, started.input
+        return _wait(b, item, msg, plan, key, limit, now_ms)
     marker = ExecutionReset(plan.point, msg.reason, msg.request_id, msg.source_instance_id)
-    return new_run(b, item, plan, marker, now_ms, same_instance=False)
+    verdict = new_run(b, item, plan, marker, now_ms, same_instance=False)
+    if verdict.result is not CommandResult.REFUSED:
+        item.meta.concurrency_key = key  # a reset of it takes a slot of the same key
+    return verdict
+
+
+def _started_of(events: list[HistoryEvent]) -> ExecutionStarted:
+    for event in events:
+        if isinstance(event.body, ExecutionStarted):
+            return event.body
+    raise InvalidResetPointError("the run's history has no start; nothing to run again")
 
 
 def _standalone(event: HistoryEvent) -> HistoryEvent:
@@ -229,7 +284,37 @@ def new_run(
     """Replace the instance's run by one built from ``plan``: check the kept turns replay
     on the deployed code, end the old run, record the copies and run the first turn."""
     meta = item.meta
-    generation = meta.generation + 1 if meta.exists else 0
+    prepared = _prepare(b, item, plan, same_instance=same_instance)
+    if isinstance(prepared, Verdict):
+        return prepared
+    execution, kept, waited = prepared
+    generation = execution.generation
+    held = parking.kept_events(meta)  # a parked run's events never reached its history
+    held += [  # raised while the reset waited for a slot
+        Inbound(EventRaised(e.name, e.input)) for e in pending.unexpired(b, meta, now_ms)
+    ]
+    meta.pending_events = []
+    _end_old_run(b, item, now_ms)
+    _open(b, item, execution, plan, generation, now_ms)
+    record_events(b, item, kept)
+    item.inbox = [*(Inbound(body) for body in marked(plan, marker)), *held]
+    step_instance(b, item, now_ms)
+    _ask_again(b, item, waited, now_ms)
+    log.info(
+        "%s: new run %d from event %d (%s)", meta.instance_id, generation, plan.point, marker.reason
+    )
+    return accepted(f"generation {generation} runs from event {plan.point}")
+
+
+Prepared = tuple[WorkflowExecution, list[HistoryEvent], list[act.Action]]
+
+
+def _prepare(b: Batch, item: Loaded, plan: ResetPlan, *, same_instance: bool) -> Prepared | Verdict:
+    """The new run's execution with the kept turns replayed on the deployed code, the
+    kept events renumbered for it, and what those turns waited for; or the refusal."""
+    meta = item.meta
+    waits = meta.status is RuntimeStatus.PENDING  # it waited for a slot: already counted
+    generation = (meta.generation + (0 if waits else 1)) if meta.exists else 0
     kept = [
         replace(event, sequence=meta.next_sequence + i, generation=generation)
         for i, event in enumerate(plan.kept)
@@ -251,16 +336,60 @@ def new_run(
             "a point before the child started or after its result arrived"
         )
         return refused("InvalidResetPointError", reason)
-    _end_old_run(b, item, now_ms)
-    _open(b, item, execution, plan, generation, now_ms)
-    record_events(b, item, kept)
-    item.inbox = [Inbound(body) for body in marked(plan, marker)]
-    step_instance(b, item, now_ms)
-    _ask_again(b, item, waited, now_ms)
-    log.info(
-        "%s: new run %d from event %d (%s)", meta.instance_id, generation, plan.point, marker.reason
+    return execution, kept, waited
+
+
+# --- waiting for a slot of the concurrency key --------------------------------------------------
+
+
+def _wait(
+    b: Batch,
+    item: Loaded,
+    command: ResetWorkflow | RerunFrom,
+    plan: ResetPlan,
+    key: str,
+    limit: int,
+    now_ms: int,
+) -> Verdict:
+    """The new run waits as PENDING for a slot of ``key`` (checked first: the kept turns
+    replay now), as a start over the limit does; the GRANT runs it (:func:`run_granted`)."""
+    prepared = _prepare(b, item, plan, same_instance=isinstance(command, ResetWorkflow))
+    if isinstance(prepared, Verdict):
+        return prepared
+    prepared[0].close()
+    slots.queue(b, item, command, key, limit, now_ms)
+    what = "reset" if isinstance(command, ResetWorkflow) else "rerun"
+    return buffered(
+        f"the {what} waits as PENDING for a slot: workflow {item.meta.name!r} runs at most "
+        f"{limit} instances at once for concurrency key {key!r}; its new run begins when "
+        f"one is free"
     )
-    return accepted(f"generation {generation} runs from event {plan.point}")
+
+
+def run_granted(b: Batch, item: Loaded, command: ResetWorkflow | RerunFrom, now_ms: int) -> None:
+    """A reset or rerun that waited for a slot has one: make its run now. If the deployed
+    code no longer replays the kept turns, the waiting run ends TERMINATED with the
+    reason (its answer was given when it began to wait) and gives the slot back."""
+    meta = item.meta
+    if isinstance(command, ResetWorkflow):
+        rows = b.tables.history(meta.instance_id, meta.generation_start)
+        events = [decode_history(raw) for raw in rows]
+        verdict = _reset_from(b, item, command, events, now_ms, granted=True)
+    else:
+        verdict = _rerun_from(b, item, command, now_ms, granted=True)
+    if verdict.result is not CommandResult.REFUSED:
+        return
+    log.warning(
+        "%s: the %s that waited for a slot cannot run: %s",
+        meta.instance_id,
+        command.KIND,
+        verdict.reason,
+    )
+    meta.status = RuntimeStatus.TERMINATED
+    meta.failure = FailureDetails(verdict.error, verdict.reason, retryable=False)
+    meta.scheduled_start = None
+    meta.last_updated_ms = now_ms
+    b.save(meta)
 
 
 def _replayed(b: Batch, execution: WorkflowExecution, kept: list[HistoryEvent]) -> Verdict | None:

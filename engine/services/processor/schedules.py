@@ -10,6 +10,14 @@ timer for the next slot and the start are in one transaction, and a start that r
 the run's partition twice is refused there, so each slot starts exactly one run. The
 run's end (or its refused start) comes back as a ``ChildResult`` to the row, which is
 how the overlap policy knows what still runs.
+
+A schedule notices its runs failing: a run that parks (its code raised a bug, or its
+workflow is not registered: a typo in the schedule's workflow name) tells the row with a
+PARKED child result, and a run whose start was refused or whose workflow is not
+registered (parking off) ends with a failed one; either pauses the schedule, with the
+reason as its note (``schedule describe``/``list`` show it), instead of letting the
+overlap policy skip every later slot behind a run that never ends. ``schedule resume``
+takes it back.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from engine.core.errors import PayloadTooLargeError, ScheduleSpecError
+from engine.core.history import RuntimeStatus
 from engine.core.instance_row import InstanceRow
 from engine.core.messages import ChildResult, IdReusePolicy, ScheduleCommand, StartWorkflow
 from engine.core.schedules import (
@@ -107,8 +116,13 @@ def _resume(
         return refused("ScheduleDefinitionError", f"cannot resume: {exc}")
     state.paused, state.note = False, ""
     _arm(b, item.meta.instance_id, state, next_slot(state.spec, now - 1, zone))
+    started = _start_buffered(b, item, state)
     _touch(b, item, now)
-    return accepted(f"resumed (the slots while it was paused are not run); {_next_text(state)}")
+    running = f"; {len(state.running)} run(s) it started still run" if state.running else ""
+    return accepted(
+        f"resumed (the slots while it was paused are not run){started}{running}; "
+        f"{_next_text(state)}"
+    )
 
 
 def _delete(
@@ -125,6 +139,11 @@ def _delete(
 def _trigger(
     b: Batch, item: Loaded, state: ScheduleState, msg: ScheduleCommand, now: int
 ) -> Verdict:
+    run = run_id(_name(item), now, triggered=True)
+    if run in state.running or run == state.last_run_id:
+        # a trigger of the same millisecond (the same batch): its run id is taken, and a
+        # second start of it would only be refused as a duplicate
+        return accepted(f"already started {run} by another trigger at the same time")
     decision = _slot(b, item, state, now, triggered=True)
     _touch(b, item, now)
     if decision is Decision.START:
@@ -206,18 +225,64 @@ def _start_run(b: Batch, item: Loaded, state: ScheduleState, run: str) -> None:
 
 def on_run_ended(b: Batch, msg: ChildResult, now_ms: int) -> None:
     """A run the schedule started ended (or its start was refused): it no longer runs;
-    a slot buffered behind it (BUFFER_ONE) starts now."""
+    a slot buffered behind it (BUFFER_ONE) starts now. A run that parked still runs, but
+    the schedule pauses, and so it does when a start was refused or found no workflow."""
     item = b.load(msg.instance_id)
     state = item.meta.schedule
     if state is None or msg.child_instance_id not in state.running:
         b.counters.reject(msg.KIND)  # the schedule was deleted meanwhile
         return
-    state.running.remove(msg.child_instance_id)
-    buffered = state.buffered_ms
-    if buffered and not state.running and state.spec.overlap is OverlapPolicy.BUFFER_ONE:
-        state.buffered_ms = 0
-        _start_run(b, item, state, run_id(_name(item), buffered))
+    why = _why_pause(item, msg)
+    if why:
+        _pause_itself(b, item, state, why)
+    if msg.status is not RuntimeStatus.PARKED:
+        state.running.remove(msg.child_instance_id)
+        _start_buffered(b, item, state)
     _touch(b, item, now_ms)
+
+
+#: Failure types of a run that never ran its code: its start was refused (the failed
+#: child result of a refused start), or its workflow is not registered (parking off).
+_NOT_STARTED_FAILURES = frozenset({"InstanceAlreadyExistsError", "NotRegisteredError"})
+
+
+def _why_pause(item: Loaded, msg: ChildResult) -> str:
+    """Why the run's result pauses the schedule ("": it does not)."""
+    run, name = msg.child_instance_id, _name(item)
+    failure = msg.failure
+    error = f"{failure.type}: {failure.message}" if failure is not None else "no details"
+    after = f"then 'turnstile schedule resume {name}'"
+    if msg.status is RuntimeStatus.PARKED:
+        return (
+            f"paused by the engine: run {run} is PARKED, its workflow code raised {error}; "
+            f"deploy a fix and 'turnstile retry {run}' (or terminate it; a wrong workflow "
+            f"name needs the schedule created again), {after}"
+        )
+    if msg.status is RuntimeStatus.FAILED and failure and failure.type in _NOT_STARTED_FAILURES:
+        return f"paused by the engine: run {run} did not start ({error}); fix the cause, {after}"
+    return ""
+
+
+def _pause_itself(b: Batch, item: Loaded, state: ScheduleState, why: str) -> None:
+    """Pause the schedule for ``why`` (its note); one paused already keeps its note."""
+    if state.paused:
+        return
+    _disarm(b, item.meta.instance_id, state)
+    state.paused, state.note = True, why
+
+
+def _start_buffered(b: Batch, item: Loaded, state: ScheduleState) -> str:
+    """Start the slot buffered behind the runs that ran (BUFFER_ONE) once none runs and
+    the schedule is not paused; says what it started ("": nothing)."""
+    buffered = state.buffered_ms
+    if not buffered or state.running or state.paused:
+        return ""
+    if state.spec.overlap is not OverlapPolicy.BUFFER_ONE:
+        return ""
+    state.buffered_ms = 0
+    run = run_id(_name(item), buffered)
+    _start_run(b, item, state, run)
+    return f"; the buffered slot starts {run}"
 
 
 # --- helpers --------------------------------------------------------------------------------

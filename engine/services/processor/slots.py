@@ -25,16 +25,16 @@ from engine.core.concurrency import (
 from engine.core.errors import TurnstileError
 from engine.core.history import RuntimeStatus
 from engine.core.instance_row import InstanceRow
-from engine.core.messages import ConcurrencySlot, SlotOp, StartWorkflow
+from engine.core.messages import ConcurrencySlot, RerunFrom, ResetWorkflow, SlotOp, StartWorkflow
 from engine.services.processor.batch import Batch
 from engine.services.processor.state import Loaded
 
 
-def limit_of(b: Batch, msg: StartWorkflow) -> int:
+def limit_of(b: Batch, name: str, version: str) -> int:
     """The workflow's ``max_concurrency_per_key`` (0: none, or the workflow is unknown:
     then the runtime fails the instance and says why)."""
     try:
-        return b.env.registry.get_workflow(msg.name, msg.version).max_concurrency_per_key
+        return b.env.registry.get_workflow(name, version).max_concurrency_per_key
     except TurnstileError:
         return 0
 
@@ -42,17 +42,32 @@ def limit_of(b: Batch, msg: StartWorkflow) -> int:
 def wait_for_slot(b: Batch, item: Loaded, msg: StartWorkflow, limit: int, now_ms: int) -> None:
     """The instance waits as PENDING for a slot of its key; asks the slots row for one."""
     meta = item.meta
+    meta.name, meta.input = msg.name, msg.input
+    meta.version = b.env.registry.start_version(msg.name, msg.version)  # re-resolved at start
+    meta.request_id = msg.request_id
+    queue(b, item, msg, msg.concurrency_key, limit, now_ms)
+
+
+def queue(
+    b: Batch,
+    item: Loaded,
+    waiting: StartWorkflow | ResetWorkflow | RerunFrom,
+    key: str,
+    limit: int,
+    now_ms: int,
+) -> None:
+    """The instance waits as PENDING, ``waiting`` kept until its GRANT: a start, or a
+    reset or rerun of a run of workflow ``meta.name`` (whose limit is ``limit``)."""
+    meta = item.meta
     give_back(b, meta)  # a previous run's slot, if it still held one
     if meta.exists and meta.status is not RuntimeStatus.PENDING:
         meta.generation += 1
     meta.status = RuntimeStatus.PENDING
-    meta.name, meta.input = msg.name, msg.input
-    meta.version = b.env.registry.start_version(msg.name, msg.version)  # re-resolved at start
     meta.output = meta.failure = meta.custom_status = None
-    meta.request_id = msg.request_id
     meta.created_ms = meta.last_updated_ms = now_ms
-    meta.scheduled_start = msg
-    meta.slot = slots_id(msg.name, msg.concurrency_key)
+    meta.scheduled_start = waiting
+    meta.concurrency_key = key
+    meta.slot = slots_id(meta.name, key)
     _send(b, meta.slot, SlotOp.ACQUIRE, meta.instance_id, meta.generation, limit)
     b.save(meta)
 
@@ -104,9 +119,11 @@ def on_slots_row(b: Batch, msg: ConcurrencySlot) -> None:
     b.save(meta)
 
 
-def granted_start(b: Batch, msg: ConcurrencySlot) -> StartWorkflow | None:
-    """The start a GRANT admits, or None when the run it names no longer waits (it was
-    terminated or replaced; its RELEASE already freed the slot)."""
+def granted_start(
+    b: Batch, msg: ConcurrencySlot
+) -> StartWorkflow | ResetWorkflow | RerunFrom | None:
+    """The start (or reset, or rerun) a GRANT admits, or None when the run it names no
+    longer waits (it was terminated or replaced; its RELEASE already freed the slot)."""
     meta = b.load(msg.instance_id).meta
     waits = meta.status is RuntimeStatus.PENDING and bool(meta.slot)
     if not waits or meta.generation != msg.generation or meta.scheduled_start is None:

@@ -127,17 +127,21 @@ def _tally(counts: dict[K, int], key: K) -> None:
 Standing = tuple[RuntimeStatus, str, str] | None
 
 #: Statuses whose instances still run their version's code (they count per version).
-_OPEN = frozenset({RuntimeStatus.PENDING, RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED})
+_OPEN = frozenset(
+    {RuntimeStatus.PENDING, RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED, RuntimeStatus.PARKED}
+)
 
 
 def standing(meta: InstanceRow) -> Standing:
-    """The instance row's entry in :class:`StatusCounts`."""
-    return None if meta.status is None else (meta.status, meta.name, meta.version)
+    """The instance row's entry in :class:`StatusCounts` (the status it reports: a parked
+    instance counts as PARKED, not as the RUNNING its history says)."""
+    status = meta.reported_status
+    return None if status is None else (status, meta.name, meta.version)
 
 
 class StatusCounts:
     """One partition's committed instances per status, and its open instances (PENDING,
-    RUNNING, SUSPENDED) per workflow name and version (metrics gauges): counted once, then
+    RUNNING, SUSPENDED, PARKED) per workflow name and version (metrics gauges): counted once, then
     moved by every committed batch's changes."""
 
     def __init__(self, standings: Iterable[Standing]) -> None:
@@ -257,6 +261,9 @@ class Environment:
     retention_ms: int = 0
     #: Park instances whose workflow code raised unexpectedly instead of failing them.
     park_workflow_errors: bool = True
+    #: Events a parked instance keeps, by count and encoded bytes (settings parked_events_*).
+    parked_events_max: int = 1000
+    parked_events_max_bytes: int = 256 * 1024
     #: Size limits of the values a workflow moves and of one record (settings max_*_bytes).
     limits: Limits = field(default_factory=Limits)
     #: Enforces the per-turn CPU budget (turn_budget_ms).

@@ -3,7 +3,7 @@
 "use strict";
 
 const main = document.getElementById("main");
-let config = { actions: false, token_required: false, namespace: "" };
+let config = { actions: false, token_required: false, namespace: "", statuses: [] };
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -40,7 +40,8 @@ const FILTERS = ["status", "name", "version", "tag", "created_after", "created_b
 async function listPage(params) {
   const form = el("form", { class: "filters", id: "filters" },
     ...FILTERS.map((f) => el("label", {}, f.replace("_", " "),
-      el("input", { name: f, value: params.get(f) || "", placeholder: f === "tag" ? "key=value" : "" }))),
+      el("input", { name: f, value: params.get(f) || "", placeholder: f === "tag" ? "key=value" : "", list: f === "status" ? "statuses" : null }))),
+    el("datalist", { id: "statuses" }, config.statuses.map((s) => el("option", { value: s }))),
     el("button", { type: "submit" }, "Filter"));
   form.addEventListener("submit", (e) => {
     e.preventDefault();
@@ -132,6 +133,7 @@ async function instancePage(id) {
     el("p", {}, statusCell(i.status), ` ${i.name} ${i.version} · generation ${i.generation} · created ${i.created} · updated ${i.last_updated}`,
       i.parent_instance_id ? el("span", {}, " · parent ", instanceLink(i.parent_instance_id)) : null,
       " ", el("button", { id: "refresh", onclick: refresh }, "Refresh")),
+    i.pending_reason ? el("p", { id: "waiting" }, `${i.status === "PARKED" ? "Parked" : "Pending"}: ${i.pending_reason}`) : null,
     el("section", {}, el("h2", {}, "Input"), el("pre", { id: "input" }, json(i.input))),
     el("section", {}, el("h2", {}, "Output"), el("pre", { id: "output" }, json(i.output))),
     failure,

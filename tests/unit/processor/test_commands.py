@@ -20,6 +20,8 @@ from engine.core.errors import (
     InstanceNotFoundError,
     InstanceNotRunningError,
     InstanceNotSuspendedError,
+    WorkflowAlreadyRanError,
+    WorkflowAlreadyRunningError,
 )
 from engine.core.history import (
     EventRaised,
@@ -350,3 +352,59 @@ def test_the_window_remembers_exactly_the_newest_recent_requests(
             remember(meta, request_id, accepted(), now, count, age_ms)
             remembered.append((request_id, now))
         assert len(meta.seen_requests) <= count
+
+
+# --- signal with start under an ID-reuse policy ------------------------------------------------
+
+
+def test_signal_with_start_under_reject_duplicate_refuses_an_ended_id(env: TestEngine) -> None:
+    env.start("echo", "done", instance_id="once")
+    env.run()
+    with pytest.raises(WorkflowAlreadyRanError, match="REJECT_DUPLICATE"):
+        env.signal_with_start(
+            "collect", "once", "item", 1, reuse_policy=IdReusePolicy.REJECT_DUPLICATE
+        )
+    state = env.get("once")
+    assert state is not None and (state.status, state.generation) == (RuntimeStatus.COMPLETED, 0)
+    env.start("collect", instance_id="live")
+    env.run()
+    answer = env.signal_with_start(
+        "collect", "live", "item", 2, reuse_policy=IdReusePolicy.REJECT_DUPLICATE
+    )
+    assert answer is not None and "delivered" in answer.reason  # a live one is signalled
+
+
+def test_signal_with_start_under_error_if_running_refuses_a_live_id(env: TestEngine) -> None:
+    env.start("collect", instance_id="busy")
+    env.run()
+    with pytest.raises(WorkflowAlreadyRunningError, match="ERROR_IF_RUNNING"):
+        env.signal_with_start(
+            "collect", "busy", "item", "lost?", reuse_policy=IdReusePolicy.ERROR_IF_RUNNING
+        )
+    env.raise_event("busy", "item", "end")
+    assert env.wait_for_completion("busy").output == []  # the refused event was not delivered
+    answer = env.signal_with_start(
+        "collect", "busy", "item", 3, reuse_policy=IdReusePolicy.ERROR_IF_RUNNING
+    )
+    assert answer is not None and "started a new run" in answer.reason
+
+
+def test_signal_with_start_under_terminate_if_running_replaces_the_run(env: TestEngine) -> None:
+    env.start("collect", instance_id="swap")
+    env.run()
+    env.raise_event("swap", "item", "old")
+    answer = env.signal_with_start(
+        "collect", "swap", "item", "new", reuse_policy=IdReusePolicy.TERMINATE_IF_RUNNING
+    )
+    assert answer is not None and "started a new run" in answer.reason
+    env.raise_event("swap", "item", "end")
+    state = env.wait_for_completion("swap")
+    assert (state.output, state.generation) == (["new"], 1)
+    ends = [e.body for e in env.history("swap") if e.generation == 0]
+    assert any(getattr(b, "status", None) is RuntimeStatus.TERMINATED for b in ends)
+    env.start("collect", instance_id="later", start_at=env.now() + timedelta(hours=1))
+    env.signal_with_start(
+        "collect", "later", "item", "now", reuse_policy=IdReusePolicy.TERMINATE_IF_RUNNING
+    )
+    env.run()
+    assert env.get("later").status is RuntimeStatus.RUNNING  # type: ignore[union-attr]

@@ -88,7 +88,7 @@ def test_a_bug_on_the_first_turn_parks_and_a_fix_completes_it() -> None:
         env.run()
         assert env.history(run) == []  # nothing of the failed turn is recorded
         state = env.get(run)
-        assert state is not None and state.status is RuntimeStatus.RUNNING
+        assert state is not None and state.status is RuntimeStatus.PARKED
         first = parked(env, run)
         assert first is not None and first.failure.type == "KeyError" and first.attempts == 1
         assert [t.fire_at_ms for t in park_timers(env, run)] == [first.retry_at_ms]
@@ -188,7 +188,7 @@ def test_a_parked_instance_waits_for_its_fix_without_busy_retries() -> None:
     """Backoff doubles to five minutes: an hour of engine time is a few dozen attempts."""
     with engine() as env:
         run = env.start("greet", {"name": "ann"})
-        with pytest.raises(WaitTimeoutError, match="still RUNNING"):
+        with pytest.raises(WaitTimeoutError, match="still PARKED"):
             env.wait_for_completion(run, timeout=3600)
         state = parked(env, run)
         assert state is not None and 10 < state.attempts < 30

@@ -229,7 +229,7 @@ def test_unknown_workflow_waits_alone(env: TestEngine) -> None:
     env.start("inline3", 1, instance_id="a")
     env.run()
     x, a = env.get("x"), env.get("a")
-    assert x is not None and x.status is RuntimeStatus.RUNNING
+    assert x is not None and x.status is RuntimeStatus.PARKED
     assert a is not None and a.status is RuntimeStatus.COMPLETED
 
 

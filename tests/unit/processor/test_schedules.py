@@ -21,7 +21,7 @@ from engine.core.errors import (
     ScheduleSpecError,
 )
 from engine.core.history import ExecutionStarted, RuntimeStatus
-from engine.core.messages import StartWorkflow
+from engine.core.messages import CommandOutcome, StartWorkflow
 from engine.core.schedules import run_id
 from engine.services.processor.memory_store import MemoryPartitionStore
 from engine.services.processor.partition import PartitionProcessor
@@ -269,3 +269,25 @@ def test_an_input_over_the_workflow_input_limit_is_refused() -> None:
         with pytest.raises(ScheduleDefinitionError, match="max_workflow_input_bytes"):
             small.create_schedule("big", "report", "x" * 200, every="1m")
         assert small.describe_schedule("big") is None
+
+
+def test_two_triggers_in_one_batch_start_one_run_and_say_so() -> None:
+    with TestEngine(registry, partitions=3, start=T0) as env:
+        env.create_schedule("t", "slow-report", 5, every="1h", start_at=T0 + timedelta(hours=1))
+        first = env.trigger_schedule("t", wait=False, request_id="trigger-1")
+        second = env.trigger_schedule("t", wait=False, request_id="trigger-2")
+        assert first is None and second is None
+        env.run()  # both commands in one batch, at the same time
+        answers = {}
+        for record in env.records("command-outcomes"):
+            assert record.value is not None
+            outcome = decode_message(record.value)
+            assert isinstance(outcome, CommandOutcome)
+            answers[outcome.request_id] = outcome.reason
+        run = run_id("t", env.clock.now_ms(), triggered=True)
+        assert answers["trigger-1"] == f"started {run}"
+        assert answers["trigger-2"] == f"already started {run} by another trigger at the same time"
+        assert _described(env, "t")["started"] == 1
+        env.advance(timedelta(seconds=10))
+        assert env.wait_for_completion(run).output == "done"
+        assert _described(env, "t")["running"] == []  # nothing left that blocks later slots
