@@ -81,6 +81,13 @@ class ExecutionStarted(EventBody):
     #: so that every replica names the same run span and no replay emits it again. JSON
     #: histories leave it out while it is empty (``OMIT_EMPTY``), so they read as before.
     traceparent: str = field(default="", metadata={OMIT_EMPTY: True})
+    #: The run this generation belongs to: an id the processor makes when a start begins a
+    #: run (continue-as-new copies it, like the trace context), so that whatever was sent
+    #: for an earlier run of a reused instance id (after a purge) is told apart from this
+    #: run's. Empty in histories from before run ids: those match by generation alone.
+    run_id: str = field(default="", metadata={OMIT_EMPTY: True})
+    #: The parent's run id (a child's result carries it back to the parent); "" if none.
+    parent_run_id: str = field(default="", metadata={OMIT_EMPTY: True})
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +252,10 @@ class TurnStarted(EventBody):
 
     KIND: ClassVar[str] = "TurnStarted"
     time_ms: int
+    #: The generation's history had reached its warning size (``history_events_warn`` or
+    #: ``history_bytes_warn``) when the turn began: what ``ctx.continue_as_new_suggested``
+    #: answers during the turn, recorded so that replay answers the same.
+    continue_as_new_suggested: bool = field(default=False, metadata={OMIT_EMPTY: True})
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,6 +108,17 @@ class InstanceRow:
     slots: ConcurrencySlots | None = None
     #: Only in a schedule's row (``~schedules/NAME``): the schedule and its bookkeeping.
     schedule: ScheduleState | None = None
+    #: The current run's id (``ExecutionStarted.run_id``; "" for runs from before run ids)
+    #: and its parent's run, which its result names.
+    run_id: str = ""
+    parent_run_id: str = ""
+    #: Events received but not given to the code yet, oldest first: those a continue-as-new
+    #: carried beyond what a generation takes at once, and those that arrived behind them
+    #: (``engine/services/processor/backlog.py``).
+    backlog: list[PendingEvent] = field(default_factory=list)
+    #: Encoded bytes of the current generation's history events (its count is
+    #: ``next_sequence - generation_start``), for the history limits.
+    history_bytes: int = 0
 
     @property
     def exists(self) -> bool:
@@ -133,6 +144,7 @@ class InstanceRow:
             request_id=self.request_id,
             unserved=self.unserved,
             pending_reason=self._pending_reason(),
+            run_id=self.run_id,
         )
 
     def _pending_reason(self) -> str:

@@ -62,6 +62,7 @@ from engine.services.processor import (
     pending,
     reset,
     retention,
+    runs,
     schedules,
     slots,
     spans,
@@ -185,6 +186,7 @@ def _refuse(b: Batch, msg: StartWorkflow, error: str, reason: str) -> Verdict:
                 child_instance_id=msg.instance_id,
                 status=RuntimeStatus.FAILED,
                 failure=failure,
+                run_id=msg.parent_run_id,
             ),
         )
     return refused(error, reason)
@@ -229,6 +231,7 @@ def begin(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
     meta.parent_instance_id = msg.parent_instance_id
     meta.parent_generation = msg.parent_generation
     meta.parent_task_id = msg.parent_task_id
+    meta.run_id, meta.parent_run_id = runs.new_run_id(), msg.parent_run_id
     meta.tags, meta.request_id = dict(msg.tags), msg.request_id
     meta.scheduled_start = None
     meta.generation_start = meta.next_sequence
@@ -241,14 +244,14 @@ def begin(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
     )
     meta.version = b.env.registry.start_version(msg.name, msg.version)
     traceparent = spans.start_traceparent(b, meta.instance_id, meta.generation)
-    item.inbox = [Inbound(_started(msg, meta.version, traceparent))]
+    item.inbox = [Inbound(_started(msg, meta.version, traceparent, meta.run_id))]
     for event in pending.unexpired(b, meta, now_ms):
         item.inbox.append(Inbound(EventRaised(event.name, event.input)))
     meta.pending_events = []
     b.save(meta)
 
 
-def _started(msg: StartWorkflow, version: str, traceparent: str) -> ExecutionStarted:
+def _started(msg: StartWorkflow, version: str, traceparent: str, run_id: str) -> ExecutionStarted:
     return ExecutionStarted(
         name=msg.name,
         input=msg.input,
@@ -260,6 +263,8 @@ def _started(msg: StartWorkflow, version: str, traceparent: str) -> ExecutionSta
         tags=dict(msg.tags),
         request_id=msg.request_id,
         traceparent=traceparent,
+        run_id=run_id,
+        parent_run_id=msg.parent_run_id,
     )
 
 
@@ -340,6 +345,9 @@ def on_activity_result(b: Batch, msg: ActivityResult, now_ms: int) -> None:
         return
     body: Any
     item = b.load(msg.instance_id)
+    if runs.is_other_run(item.meta, msg.run_id):
+        _reject(b, msg, f"the result is for run {msg.run_id}, not the current run")
+        return
     if item.meta.unserved:
         item.meta.unserved = ""  # some worker serves it after all: the note is over
         b.save(item.meta)
@@ -358,7 +366,9 @@ def _note_unserved(b: Batch, msg: ActivityResult) -> None:
     item = b.load(msg.instance_id)
     meta = item.meta
     if meta.status in (RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED) and (
-        msg.generation == meta.generation and meta.unserved != msg.unserved
+        msg.generation == meta.generation
+        and meta.unserved != msg.unserved
+        and not runs.is_other_run(meta, msg.run_id)
     ):
         meta.unserved = msg.unserved
         b.save(meta)
@@ -378,6 +388,9 @@ def on_child_result(b: Batch, msg: ChildResult, now_ms: int) -> None:
         schedules.on_run_ended(b, msg, now_ms)  # a run a schedule started has ended
         return
     parent = b.load(msg.instance_id).meta
+    if runs.is_other_run(parent, msg.run_id):  # a child of a purged run of this id
+        _reject(b, msg, f"the result is for run {msg.run_id}, not the current run")
+        return
     running = [c for c in parent.children if c.instance_id != msg.child_instance_id]
     if len(running) != len(parent.children):  # it no longer runs, whatever its parent does
         parent.children = running

@@ -47,7 +47,7 @@ from engine.core.messages import (
 from engine.runtime import actions as act
 from engine.runtime.actions import TurnResult
 from engine.runtime.interrupt import TurnEventsExceeded
-from engine.services.processor import cancels, keys, parking, pending, spans
+from engine.services.processor import cancels, keys, parking, pending, runs, spans
 from engine.services.processor.batch import Batch
 from engine.services.processor.poison import BOUND_ERRORS, TINY, check_turn, fitting
 from engine.services.processor.publish import publish_record
@@ -326,6 +326,7 @@ def _schedule_activity(b: Batch, item: Loaded, a: act.ScheduleActivity, now_ms: 
         deadline_ms=a.deadline_ms,
         heartbeat_timeout_ms=a.heartbeat_timeout_ms,
         heartbeat_details=a.heartbeat_details,
+        run_id=item.meta.run_id,
     )
     b.send(b.env.topics.task_queue(a.task_queue), task)
 
@@ -352,9 +353,10 @@ def _start_child(b: Batch, item: Loaded, a: act.StartChild, now_ms: int) -> None
 
 
 def start_child(b: Batch, item: Loaded, a: act.StartChild, reuse_policy: IdReusePolicy) -> None:
-    """Note the child as running and send its start (request id: the parent's call, so a
-    redone turn's start is answered as a duplicate); a reset starts a child the new run
-    waits for again with ``TERMINATE_IF_RUNNING``, replacing the old run's."""
+    """Note the child as running and send its start (request id: the parent's call, with
+    its run id, so a redone turn's start is answered as a duplicate and a later run of the
+    parent's id is not); a reset starts a child the new run waits for again with
+    ``TERMINATE_IF_RUNNING``, replacing the old run's."""
     meta = item.meta
     parent = meta.instance_id
     meta.children = [c for c in meta.children if c.instance_id != a.instance_id]
@@ -365,10 +367,11 @@ def start_child(b: Batch, item: Loaded, a: act.StartChild, reuse_policy: IdReuse
         input=a.input,
         version=a.version,
         reuse_policy=reuse_policy,
-        request_id=f"{parent}/{a.generation}/{a.task_id}",
+        request_id=runs.child_request_id(parent, meta.run_id, a.generation, a.task_id),
         parent_instance_id=parent,
         parent_generation=a.generation,
         parent_task_id=a.task_id,
+        parent_run_id=meta.run_id,
     )
     b.send(b.env.topics.instance_messages, start)
 
@@ -411,6 +414,7 @@ def notify_parent(
         status=status,
         output=output,
         failure=failure,
+        run_id=meta.parent_run_id,
     )
     b.send(b.env.topics.instance_messages, result)
 
