@@ -173,6 +173,8 @@ class ProcessorRunner:
             turn_max_events=settings.turn_max_events,
             tracing=tracing or NoTracing(),
             publish_topics=frozenset(settings.publish_topics),
+            backlog_events_max=settings.backlog_events_max,
+            history_limits=settings.history_limits,
         )
         self.partitions: dict[int, PartitionProcessor] = {}
         self.progress = Progress()

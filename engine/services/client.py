@@ -342,6 +342,7 @@ class InstanceState:
             "tags": self.tags,
             "unserved": self.unserved,
             "pending_reason": self.pending_reason,
+            "run_id": self.run_id,
         }
 
 

@@ -57,6 +57,7 @@ from engine.core.schedules import SCHEDULE_PREFIX
 from engine.core.tags import checked_tags
 from engine.runtime.executor import WorkflowExecution
 from engine.services.processor import (
+    backlog,
     keys,
     parking,
     pending,
@@ -234,7 +235,7 @@ def begin(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
     meta.run_id, meta.parent_run_id = runs.new_run_id(), msg.parent_run_id
     meta.tags, meta.request_id = dict(msg.tags), msg.request_id
     meta.scheduled_start = None
-    meta.generation_start = meta.next_sequence
+    meta.generation_start, meta.history_bytes = meta.next_sequence, 0
     item.execution = WorkflowExecution(
         b.env.registry,
         meta.instance_id,
@@ -286,9 +287,8 @@ def on_raise(b: Batch, msg: RaiseEvent, now_ms: int) -> Verdict:
         return _keep_pending(b, meta, msg.name, msg.input, now_ms)
     if meta.status.is_terminal:
         return _ended(msg, meta)
-    item.inbox.append(Inbound(EventRaised(msg.name, msg.input)))
     spans.note_link(b, item)
-    return accepted()
+    return backlog.deliver(b, item, msg.name, msg.input, now_ms)
 
 
 def _keep_pending(
@@ -504,7 +504,9 @@ def on_signal_with_start(b: Batch, msg: SignalWithStart, now_ms: int) -> Verdict
     item = b.load(msg.instance_id)
     meta = item.meta
     if meta.status in (RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED):
-        item.inbox.append(Inbound(EventRaised(msg.event_name, msg.event_input)))
+        verdict = backlog.deliver(b, item, msg.event_name, msg.event_input, now_ms)
+        if verdict.reason:  # queued behind its backlog, or refused
+            return verdict
         return accepted(f"instance is {meta.status.value}; the event was delivered")
     if meta.status is RuntimeStatus.PENDING:
         return _keep_pending(b, meta, msg.event_name, msg.event_input, now_ms)
@@ -530,6 +532,9 @@ def fire_timer(b: Batch, timer: keys.TimerKey, now_ms: int) -> None:
     meta = item.meta
     if timer.task_id == schedules.SCHEDULE_TIMER:
         schedules.fire(b, item, timer, now_ms)
+        return
+    if timer.task_id == backlog.WAKE_TIMER:
+        backlog.woken(b, item, timer)  # one of an older generation is simply done
         return
     if timer.generation != meta.generation:
         b.counters.reject("TimerFired")

@@ -37,7 +37,7 @@ def unexpired(b: Batch, meta: InstanceRow, now_ms: int) -> list[PendingEvent]:
                 f"start the instance sooner, raise the setting, or send the event again "
                 f"(this record)"
             )
-            _dead_letter(b, meta.instance_id, event, reason, EXPIRED)
+            dead_letter_event(b, meta.instance_id, event, reason, EXPIRED)
     return kept
 
 
@@ -49,11 +49,15 @@ def give_up(b: Batch, meta: InstanceRow, why: str) -> None:
             f"event {event.name!r} for instance {meta.instance_id} was kept for its start, "
             f"but {why}; send the event again (this record) once the cause is fixed"
         )
-        _dead_letter(b, meta.instance_id, event, reason, ABANDONED)
+        dead_letter_event(b, meta.instance_id, event, reason, ABANDONED)
     meta.pending_events = []
 
 
-def _dead_letter(b: Batch, instance_id: str, event: PendingEvent, reason: str, kind: str) -> None:
+def dead_letter_event(
+    b: Batch, instance_id: str, event: PendingEvent, reason: str, kind: str
+) -> None:
+    """A kept event leaves the row for dead letters, as a RaiseEvent record (the command
+    that would deliver it again) with ``reason``."""
     raised = RaiseEvent(instance_id=instance_id, name=event.name, input=event.input)
     record = RawRecord(
         partition=b.partition,

@@ -327,7 +327,7 @@ def _open(
     if started is None:  # begun again from the first turn: its start is in the inbox
         started = next(b for b in plan.inbox if isinstance(b, ExecutionStarted))
     meta.generation = generation
-    meta.generation_start = meta.next_sequence
+    meta.generation_start, meta.history_bytes = meta.next_sequence, 0
     meta.status = execution.status if execution.started is not None else RuntimeStatus.RUNNING
     meta.name, meta.version, meta.input = started.name, started.version, started.input
     meta.parent_instance_id = started.parent_instance_id
