@@ -8,6 +8,9 @@ Identifiers:
 - ``sequence`` numbers an instance's events from 0, across generations, without gaps;
 - ``generation`` starts at 0 and increases on every continue-as-new (and on a restart under
   an ID-reuse policy), so that messages aimed at an older generation can be recognised;
+- ``run_id`` (in ``ExecutionStarted``) is new for every start of the id and kept across
+  continue-as-new, so that messages aimed at an earlier life of a purged and reused id are
+  recognised too (the generation starts at 0 again after a purge);
 - ``task_id`` numbers the durable actions (activities, inline steps, child workflows, timers,
   events sent, records published) that one generation schedules, from 0, in the order the
   code asks for them.

@@ -212,6 +212,11 @@ class WorkflowExecution:
         return self._started.input if self._started is not None else None
 
     @property
+    def continuation(self) -> Continuation | None:
+        """The generation a continue-as-new asked for, until a turn begins it."""
+        return self._continuation
+
+    @property
     def started(self) -> ExecutionStarted | None:
         """The current generation's ExecutionStarted (parent, tags, request id)."""
         return self._started

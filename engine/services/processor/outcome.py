@@ -77,6 +77,7 @@ def step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
 
 def _step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
     item.wake = False
+    item.continuing = item.execution.continuation if item.execution is not None else None
     inbox = parking.take_inbox(b, item)
     if inbox is None:
         return  # parked: the events wait for its retry
@@ -152,6 +153,7 @@ def _run_turn(b: Batch, item: Loaded, inbox: list[Inbound], now_ms: int) -> Turn
 
 def _step(b: Batch, item: Loaded, inbox: list[Inbound], now_ms: int) -> TurnResult:
     execution = b.execution(item)
+    item.continuing = execution.continuation
     cancels.before_turn(item, execution)
     backlog.feed(b, item, execution, inbox)
     suggested = history_limits.suggests(b, item.meta)
@@ -365,6 +367,9 @@ def _failed_events(
     meta = item.meta
     bodies: list[EventBody] = []
     started = next((i.body for i in inbox if isinstance(i.body, ExecutionStarted)), None)
+    if started is None and item.continuing is not None:
+        # the turn was to begin the generation a continue-as-new asked for: it begins it
+        started, meta.generation = item.continuing.started, item.continuing.generation
     if isinstance(started, ExecutionStarted):
         started = replace(started, input=fitting(started.input, input_limit))
         bodies += [TurnStarted(now_ms), started]

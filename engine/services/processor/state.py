@@ -23,6 +23,7 @@ from engine.core.history import (
 )
 from engine.core.instance_row import InstanceRow
 from engine.core.limits import HistoryLimits, Limits
+from engine.runtime.continuation import Continuation
 from engine.runtime.executor import WorkflowExecution
 from engine.runtime.interrupt import DEFAULT_MAX_TURN_EVENTS
 from engine.runtime.registry import Registry
@@ -188,6 +189,9 @@ class Loaded:
     retrying: bool = False
     #: Its wake-up timer fired: it takes a turn even with no new event (``backlog``).
     wake: bool = False
+    #: The generation the running turn begins after a continue-as-new (read before the
+    #: step, never stored): a failure recorded in place of the turn begins it too.
+    continuing: Continuation | None = None
     #: Trace contexts (trace id, span id) of the records that fed the coming turn, with
     #: tracing on: its span links to them (``spans``; never stored).
     trace_links: list[tuple[str, str]] = field(default_factory=list)

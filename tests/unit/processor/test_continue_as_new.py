@@ -186,3 +186,36 @@ def test_wake_up_timer_is_engine_owned() -> None:
     assert WAKE_TIMER < 0 and WAKE_TIMER not in (-1, -2, -3, -4)
     key = keys.TimerKey(1, "x", 0, WAKE_TIMER)
     assert keys.parse_timer_key(keys.timer_key(key)) == key
+
+
+def test_a_bound_failing_the_turn_that_begins_a_generation_begins_it_too() -> None:
+    """The turn after a continue-as-new begins the next generation; when one of the
+    engine's bounds fails that turn, the failure is recorded in that generation, after its
+    start, so the history stays a valid one."""
+    registry = Registry()
+
+    def bump(x: int) -> int:
+        return x + 1
+
+    @registry.workflow(name="busy-second")
+    async def busy_second(ctx: WorkflowContext, generation: int) -> int:
+        if generation == 0:
+            ctx.continue_as_new(1)
+        total = 0
+        for _ in range(100):  # too many events for one turn (turn_max_events)
+            total = await ctx.run("bump", bump, total)
+        return total
+
+    with TestEngine(registry, settings=Settings(turn_max_events=50)) as env:
+        env.start("busy-second", 0, instance_id="b")
+        state = env.wait_for_completion("b")
+        assert state.status is RuntimeStatus.FAILED and state.failure is not None
+        assert state.failure.type == "StepBudgetExceededError" and state.generation == 1
+        tail = env.history("b")[-4:]
+        assert [type(e.body).__name__ for e in tail] == [
+            "ContinuedAsNew",
+            "TurnStarted",
+            "ExecutionStarted",
+            "ExecutionCompleted",
+        ]
+        assert [e.generation for e in tail] == [0, 1, 1, 1]
