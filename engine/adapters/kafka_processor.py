@@ -137,6 +137,32 @@ _PROGRESS_TIME = {
 }
 
 
+def _environment(
+    settings: Settings, registry: Registry, topics: TopicNames, tracing: TraceHook
+) -> Environment:
+    """What every partition of the replica shares, from the settings."""
+    return Environment(
+        registry=registry,
+        topics=topics,
+        partitions=settings.partitions,
+        pending_events_max=settings.pending_events_max,
+        pending_events_ttl_ms=settings.pending_events_ttl_ms,
+        dedup_window=settings.dedup_window,
+        dedup_window_ms=settings.dedup_window_ms,
+        retention_ms=settings.retention_ms,
+        park_workflow_errors=settings.park_workflow_errors,
+        # the cache budget is per replica; each partition gets its share
+        cache_capacity=partition_cache_capacity(settings.cache_instances, settings.partitions),
+        limits=settings.limits,
+        watchdog=TurnWatchdog(settings.turn_budget_ms),
+        turn_max_events=settings.turn_max_events,
+        tracing=tracing,
+        publish_topics=frozenset(settings.publish_topics),
+        backlog_events_max=settings.backlog_events_max,
+        history_limits=settings.history_limits,
+    )
+
+
 class ProcessorRunner:
     """One processor replica: owns the partitions the consumer group assigns it."""
 
@@ -156,26 +182,7 @@ class ProcessorRunner:
         it is assigned; a metrics exporter turns on what it serves."""
         self.settings = settings
         self.topics: TopicNames = topic_names(settings.namespace)
-        self.env = Environment(
-            registry=registry,
-            topics=self.topics,
-            partitions=settings.partitions,
-            pending_events_max=settings.pending_events_max,
-            pending_events_ttl_ms=settings.pending_events_ttl_ms,
-            dedup_window=settings.dedup_window,
-            dedup_window_ms=settings.dedup_window_ms,
-            retention_ms=settings.retention_ms,
-            park_workflow_errors=settings.park_workflow_errors,
-            # the cache budget is per replica; each partition gets its share
-            cache_capacity=partition_cache_capacity(settings.cache_instances, settings.partitions),
-            limits=settings.limits,
-            watchdog=TurnWatchdog(settings.turn_budget_ms),
-            turn_max_events=settings.turn_max_events,
-            tracing=tracing or NoTracing(),
-            publish_topics=frozenset(settings.publish_topics),
-            backlog_events_max=settings.backlog_events_max,
-            history_limits=settings.history_limits,
-        )
+        self.env = _environment(settings, registry, self.topics, tracing or NoTracing())
         self.partitions: dict[int, PartitionProcessor] = {}
         self.progress = Progress()
         self._clock: Clock = clock or SystemClock()
