@@ -14,7 +14,6 @@ from engine.config.settings import Settings
 from engine.core.errors import PendingEventsFullError
 from engine.core.history import ExecutionStarted, HistoryEvent, RuntimeStatus, TurnStarted
 from engine.runtime.continuation import EVENT_WINDOW
-from engine.services.processor import keys
 from engine.services.processor.backlog import WAKE_TIMER
 from engine.testing import TestEngine
 
@@ -180,12 +179,6 @@ def test_events_behind_a_backlog_keep_their_order() -> None:
             if value % 7 == 0:
                 env.step()
         _check_drained(env, "o", total)
-
-
-def test_wake_up_timer_is_engine_owned() -> None:
-    assert WAKE_TIMER < 0 and WAKE_TIMER not in (-1, -2, -3, -4)
-    key = keys.TimerKey(1, "x", 0, WAKE_TIMER)
-    assert keys.parse_timer_key(keys.timer_key(key)) == key
 
 
 def test_a_bound_failing_the_turn_that_begins_a_generation_begins_it_too() -> None:
