@@ -185,3 +185,25 @@ async def versioned_2(ctx: WorkflowContext, value: Any) -> str:
 async def versioned_parent(ctx: WorkflowContext, value: Any) -> str:
     result: str = await ctx.call_child_workflow("t.versioned", value)
     return result
+
+
+@workflow(name="t.child_and_activity")
+async def child_and_activity(ctx: WorkflowContext, x: int) -> dict[str, Any]:
+    """An activity and a child (default child id ``<id>:0:1``): what a parent purged and
+    started again under its old id must still get."""
+    total = await ctx.call_activity(add, {"x": x, "y": 1})
+    child = await ctx.call_child_workflow(echo, {"from": ctx.instance_id, "x": x})
+    return {"total": total, "child": child}
+
+
+@workflow(name="t.drain")
+async def drain(ctx: WorkflowContext, state: dict[str, Any]) -> dict[str, Any]:
+    """Reads ``per`` events per generation, checking they come in the order sent, and
+    continues as new until it has read ``total``."""
+    for _ in range(state["per"]):
+        value = await ctx.wait_for_event("e")
+        state["ordered"] = state["ordered"] and value == state["count"]
+        state["count"] += 1
+    if state["count"] >= state["total"]:
+        return state
+    ctx.continue_as_new(state)

@@ -160,6 +160,8 @@ def _environment(
         turn_max_events=settings.turn_max_events,
         tracing=tracing,
         publish_topics=frozenset(settings.publish_topics),
+        backlog_events_max=settings.backlog_events_max,
+        history_limits=settings.history_limits,
     )
 
 

@@ -388,6 +388,11 @@ def _print_state(state: InstanceState, as_json: bool) -> None:
         f"instance:     {state.instance_id}",
         f"workflow:     {state.name}" + (f" (version {state.version})" if state.version else ""),
         f"status:       {state.status.value}",
+        *(
+            [f"run:          {state.run_id} (generation {state.generation})"]
+            if state.run_id
+            else []
+        ),
         f"created:      {state.created.isoformat()}",
         f"last updated: {state.last_updated.isoformat()}",
     ]

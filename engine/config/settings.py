@@ -21,7 +21,7 @@ from typing import Any
 
 from engine.config.triggers import Trigger, parse_triggers
 from engine.core.errors import ConfigurationError
-from engine.core.limits import Limits
+from engine.core.limits import HistoryLimits, Limits
 
 ENV_PREFIX = "TURNSTILE_"
 
@@ -100,6 +100,18 @@ class Settings:
     turn_budget_ms: int = 5000
     #: History events one turn may add (bounds the memory of a runaway turn).
     turn_max_events: int = 100_000
+    #: Events an instance keeps for later at most: those a continue-as-new carried beyond
+    #: what the next generation is given at once, and those that arrived behind them (past
+    #: it, or a quarter of max_record_bytes, an event goes to dead letters).
+    backlog_events_max: int = 10_000
+    #: The history of one generation: from ``*_warn`` events or bytes on, a WARNING is
+    #: logged and ``ctx.continue_as_new_suggested`` is True; a turn that takes it past
+    #: ``*_max`` fails the instance. ``@workflow(history_events_warn=..., ...)`` overrides
+    #: the event counts per workflow. (Temporal's defaults: 10,240 / 51,200 events.)
+    history_events_warn: int = 10_240
+    history_events_max: int = 51_200
+    history_bytes_warn: int = 10 * 1024 * 1024
+    history_bytes_max: int = 50 * 1024 * 1024
     #: User topics workflows may publish to with ``ctx.publish`` (``[publish] topics`` in
     #: the config file); any other topic fails the publishing instance.
     publish_topics: tuple[str, ...] = ()
@@ -129,6 +141,19 @@ class Settings:
             )
         except ValueError as exc:
             raise ConfigurationError(f"size limits: {exc}") from exc
+
+    @property
+    def history_limits(self) -> HistoryLimits:
+        """The history limits of one generation, checked together (warn below max)."""
+        try:
+            return HistoryLimits(
+                events_warn=self.history_events_warn,
+                events_max=self.history_events_max,
+                bytes_warn=self.history_bytes_warn,
+                bytes_max=self.history_bytes_max,
+            )
+        except ValueError as exc:
+            raise ConfigurationError(f"history limits: {exc}") from exc
 
     @property
     def processor_group(self) -> str:
@@ -362,6 +387,11 @@ _CHECKS: dict[str, Callable[[str, Any], str | None]] = {
     "max_record_bytes": _positive,
     "turn_budget_ms": _positive,
     "turn_max_events": _positive,
+    "backlog_events_max": _positive,
+    "history_events_warn": _positive,
+    "history_events_max": _positive,
+    "history_bytes_warn": _positive,
+    "history_bytes_max": _positive,
     "schema_registry_url": lambda _name, value: schema_registry_url_problem(value),
     "wire_format": lambda _name, value: wire_format_problem(value),
 }
@@ -381,6 +411,7 @@ def _validate(settings: Settings) -> None:
             f"of max_record_bytes={settings.max_record_bytes}: a parked instance keeps its "
             f"events in its row, which is one record; lower it or raise max_record_bytes"
         )
+    settings.history_limits  # noqa: B018 - and when a warning size is above its maximum
     if settings.wire_format == CONFLUENT_WIRE_FORMAT and not settings.schema_registry_url:
         raise ConfigurationError(
             "wire_format = confluent needs a Schema Registry: set schema_registry_url "

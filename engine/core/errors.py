@@ -20,6 +20,7 @@ works where Python code expects it)::
     |   +-- NonDeterminismError
     |   +-- StepBudgetExceededError
     |   +-- WorkflowTurnTimeoutError
+    |   +-- HistoryLimitExceededError
     |   +-- InstanceTurnError
     +-- RecordHandlingError
     +-- PayloadTooLargeError
@@ -130,6 +131,13 @@ class WorkflowTurnTimeoutError(WorkflowRuntimeError):
     Raised by the turn watchdog from outside the workflow's own control flow, so it ends
     ``while True: pass`` as well as endless chains of already-resolved awaits.
     """
+
+
+class HistoryLimitExceededError(WorkflowRuntimeError):
+    """A turn took its generation's history past ``history_events_max`` events or
+    ``history_bytes_max`` bytes: the instance fails. Long-running workflows continue as
+    new before that (``ctx.continue_as_new_suggested`` turns True at the ``*_warn``
+    sizes)."""
 
 
 class InstanceTurnError(WorkflowRuntimeError):

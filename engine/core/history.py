@@ -8,6 +8,9 @@ Identifiers:
 - ``sequence`` numbers an instance's events from 0, across generations, without gaps;
 - ``generation`` starts at 0 and increases on every continue-as-new (and on a restart under
   an ID-reuse policy), so that messages aimed at an older generation can be recognised;
+- ``run_id`` (in ``ExecutionStarted``) is new for every start of the id and kept across
+  continue-as-new, so that messages aimed at an earlier life of a purged and reused id are
+  recognised too (the generation starts at 0 again after a purge);
 - ``task_id`` numbers the durable actions (activities, inline steps, child workflows, timers,
   events sent, records published) that one generation schedules, from 0, in the order the
   code asks for them.
@@ -86,6 +89,13 @@ class ExecutionStarted(EventBody):
     #: so that every replica names the same run span and no replay emits it again. JSON
     #: histories leave it out while it is empty (``OMIT_EMPTY``), so they read as before.
     traceparent: str = field(default="", metadata={OMIT_EMPTY: True})
+    #: The run this generation belongs to: an id the processor makes when a start begins a
+    #: run (continue-as-new copies it, like the trace context), so that whatever was sent
+    #: for an earlier run of a reused instance id (after a purge) is told apart from this
+    #: run's. Empty in histories from before run ids: those match by generation alone.
+    run_id: str = field(default="", metadata={OMIT_EMPTY: True})
+    #: The parent's run id (a child's result carries it back to the parent); "" if none.
+    parent_run_id: str = field(default="", metadata={OMIT_EMPTY: True})
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +260,10 @@ class TurnStarted(EventBody):
 
     KIND: ClassVar[str] = "TurnStarted"
     time_ms: int
+    #: The generation's history had reached its warning size (``history_events_warn`` or
+    #: ``history_bytes_warn``) when the turn began: what ``ctx.continue_as_new_suggested``
+    #: answers during the turn, recorded so that replay answers the same.
+    continue_as_new_suggested: bool = field(default=False, metadata={OMIT_EMPTY: True})
 
 
 @dataclass(frozen=True, slots=True)

@@ -114,6 +114,17 @@ class InstanceRow:
     #: The concurrency key of the current run's start ("": none), kept after the run
     #: ends, so that a reset of it takes a slot of the same key as a start would.
     concurrency_key: str = ""
+    #: The current run's id (``ExecutionStarted.run_id``; "" for runs from before run ids)
+    #: and its parent's run, which its result names.
+    run_id: str = ""
+    parent_run_id: str = ""
+    #: Events received but not given to the code yet, oldest first: those a continue-as-new
+    #: carried beyond what a generation takes at once, and those that arrived behind them
+    #: (``engine/services/processor/backlog.py``).
+    backlog: list[PendingEvent] = field(default_factory=list)
+    #: Encoded bytes of the current generation's history events (its count is
+    #: ``next_sequence - generation_start``), for the history limits.
+    history_bytes: int = 0
 
     @property
     def exists(self) -> bool:
@@ -151,6 +162,7 @@ class InstanceRow:
             request_id=self.request_id,
             unserved=self.unserved,
             pending_reason=self._pending_reason() if parked is None else parked_reason(parked),
+            run_id=self.run_id,
         )
 
     def _pending_reason(self) -> str:

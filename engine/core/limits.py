@@ -99,6 +99,42 @@ class Limits:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class HistoryLimits:
+    """How large one generation's history may grow (the settings ``history_events_warn``,
+    ``history_events_max``, ``history_bytes_warn``, ``history_bytes_max``).
+
+    Every turn replays nothing for a hot instance, but a cold one replays its whole
+    generation, and the state table and the changelog keep it: a workflow that never
+    continues as new would grow without bound. From a ``*_warn`` size on, the processor
+    logs a WARNING and the code's ``ctx.continue_as_new_suggested`` is True; a turn that
+    takes the generation past a ``*_max`` size fails the instance
+    (:class:`~engine.core.errors.HistoryLimitExceededError`). A continue-as-new starts the
+    count again. The defaults are Temporal's event counts (10,240 and 51,200) and 10 and
+    50 MiB of encoded events.
+    """
+
+    events_warn: int = 10_240
+    events_max: int = 51_200
+    bytes_warn: int = 10 * 1024 * 1024
+    bytes_max: int = 50 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        for kind in ("events", "bytes"):
+            warn, most = getattr(self, f"{kind}_warn"), getattr(self, f"{kind}_max")
+            if not 1 <= warn <= most:
+                raise ValueError(
+                    f"history_{kind}_warn={warn} must be at least 1 and at most "
+                    f"history_{kind}_max={most}: the warning comes first (set both)"
+                )
+
+    def for_workflow(self, events_warn: int, events_max: int) -> HistoryLimits:
+        """These limits with a workflow's own event counts (0: the setting's)."""
+        most = events_max or self.events_max
+        warn = events_warn or min(self.events_warn, most)
+        return replace(self, events_warn=warn, events_max=most)
+
+
 _KINDS = (
     "workflow_input",
     "workflow_output",

@@ -57,6 +57,9 @@ class StartWorkflow(Message):
     #: Counts the start against its workflow's ``max_concurrency_per_key`` for this key
     #: ("": no limit); a start over the limit waits as PENDING for a slot.
     concurrency_key: str = ""
+    #: The run of the parent that starts this child (its result names it, so a parent
+    #: whose id was purged and reused never takes a result meant for its earlier run).
+    parent_run_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +256,8 @@ class ChildResult(Message):
     status: RuntimeStatus = RuntimeStatus.COMPLETED
     output: Payload | None = None
     failure: FailureDetails | None = None
+    #: The parent run the result is for ("" from before run ids: matched by generation).
+    run_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,13 +280,17 @@ class ActivityTask(Message):
     heartbeat_timeout_ms: int = 0
     #: The previous attempt's last heartbeat details: a checkpoint to resume from.
     heartbeat_details: Payload | None = None
+    #: The run that called it (its result carries it back; "" from before run ids).
+    run_id: str = ""
 
     @property
     def idempotency_key(self) -> str:
-        """``instance/generation/task id``: one per activity call, the same for every
-        attempt and redelivery of it (a retry after a timed-out attempt that did succeed
-        must not pay twice); ``attempt`` says which attempt this is."""
-        return call_key(self.instance_id, self.generation, self.task_id)
+        """``instance/run id/generation/task id``: one per activity call, the same for
+        every attempt and redelivery of it (a retry after a timed-out attempt that did
+        succeed must not pay twice), and new for a later run of a reused instance id;
+        ``attempt`` says which attempt this is. Runs from before run ids have
+        ``instance/generation/task id``."""
+        return call_key(self.instance_id, self.run_id, self.generation, self.task_id)
 
     @property
     def attempt_label(self) -> str:
@@ -300,6 +309,8 @@ class ActivityCancel(Message):
     task_id: int = 0
     attempt: int = 1
     reason: str = ""
+    #: The run whose attempt it stops ("" from before run ids).
+    run_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +326,8 @@ class ActivityResult(Message):
     unserved: str = ""
     #: A failed attempt's last heartbeat details (for the next attempt).
     details: Payload | None = None
+    #: The run whose attempt it is (copied from the task; "" from before run ids).
+    run_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +354,8 @@ class InstanceStatus(Message):
     #: for its scheduled time): a PENDING one for a slot of its concurrency key, a PARKED
     #: one for fixed code (the error is in ``failure``; the attempts and next retry here).
     pending_reason: str = ""
+    #: The id of its current run (a later start of the same id gets another one).
+    run_id: str = ""
 
 
 class CommandResult(StrEnum):

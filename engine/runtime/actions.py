@@ -126,11 +126,16 @@ class CompleteExecution(Action):
 
 @dataclass(frozen=True, slots=True)
 class ContinueAsNew(Action):
-    """The instance started ``new_generation``; its start is already in the new events."""
+    """The generation ended with ``ContinuedAsNew``: ``new_generation`` begins in the
+    instance's next turn (the processor makes sure one comes). ``overflow`` holds the
+    unconsumed events beyond what the new generation is given at its start (at most
+    :data:`engine.runtime.continuation.EVENT_WINDOW` of each name), in arrival order, as
+    (name, payload): the processor keeps them and hands them over as the code reads."""
 
     input: Payload | None
     new_generation: int
     generation: int = field(kw_only=True)
+    overflow: tuple[tuple[str, Payload | None], ...] = field(default=(), kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,6 +119,18 @@ class WorkflowContext:
         return dict(self._gen.tags)
 
     @property
+    def continue_as_new_suggested(self) -> bool:
+        """True once this generation's history is large enough that it should continue as
+        new: it reached ``history_events_warn`` events or ``history_bytes_warn`` bytes
+        (settings; per workflow ``@workflow(history_events_warn=...)``) before this turn
+        began. Past ``history_events_max``/``history_bytes_max`` the instance fails, so a
+        long-running loop checks this at a convenient point and calls
+        :meth:`continue_as_new` with the state it needs. The answer is recorded in the
+        turn's history, so replay gives the same one; it is False in the turn that begins
+        a generation."""
+        return self._gen.journal.continue_as_new_suggested
+
+    @property
     def is_replaying(self) -> bool:
         """True while the code re-executes turns already in history."""
         return self._gen.journal.replaying

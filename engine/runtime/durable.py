@@ -24,11 +24,13 @@ from engine.core.history import (
     ActivityCancelRequested,
     ChildWorkflowCreated,
     EventBody,
+    ExecutionStarted,
     ParentClosePolicy,
     TaskScheduled,
     TimerCancelled,
     TimerCreated,
 )
+from engine.core.messages import ActivityTask
 from engine.core.payloads import Payload
 from engine.core.typed import convert
 from engine.runtime.actions import (
@@ -64,6 +66,9 @@ class TaskHost(ReadyQueue, Protocol):
 
     @property
     def instance_id(self) -> str: ...
+
+    @property
+    def started(self) -> ExecutionStarted: ...
 
     @property
     def closing(self) -> bool: ...
@@ -390,7 +395,13 @@ class ActivityCall(Task[Any]):
             return  # between attempts (a retry backoff): nothing runs on a worker
         gen = self._gen
         if gen.command(ActivityCancelRequested(self.task_id, self.attempt)) is None:
-            key = f"{gen.instance_id}/{gen.number}/{self.task_id}"
+            call = ActivityTask(
+                gen.instance_id,
+                generation=gen.number,
+                task_id=self.task_id,
+                run_id=gen.started.run_id,
+            )
+            key = call.idempotency_key  # the same key the worker's attempt has
             gen.journal.actions.append(
                 CancelActivity(self.task_id, self.name, self.attempt, key, generation=gen.number)
             )

@@ -15,9 +15,14 @@ re-runs the code, matching its decisions against the recorded ones (see
 Statuses. ``PENDING`` until ExecutionStarted is applied (the processor delays delivering
 ExecutionStarted while ``scheduled_start_ms`` is in the future); then ``RUNNING``;
 ``SUSPENDED`` between ExecutionSuspended and ExecutionResumed; finally ``COMPLETED``,
-``FAILED`` or ``TERMINATED``. ``CONTINUED_AS_NEW`` is transient: a continue-as-new starts
-the next generation within the same turn, so a live execution is never left in it (only a
-replay of one old generation on its own ends there).
+``FAILED`` or ``TERMINATED``. ``CONTINUED_AS_NEW`` is the state between two generations:
+a continue-as-new ends the turn with ``ContinuedAsNew``, and the next :meth:`step` (any
+turn, even one with no new events) begins the next generation before it applies its
+events: ``TurnStarted``, the new ``ExecutionStarted``, then the unconsumed events carried
+over (at most ``continuation.EVENT_WINDOW`` of each name; the rest leave with the
+``ContinueAsNew`` action for the processor to hand over later). So one turn runs one
+generation's code, and a replay of a generation that ended this way stands ready to begin
+the next one.
 
 Suspension. While SUSPENDED, inbound events keep being validated, journaled and applied to
 the waiting points (a result resolves its task, an event is buffered), but the code does
@@ -77,6 +82,7 @@ from engine.runtime.actions import (
 )
 from engine.runtime.cancel import is_cancelled
 from engine.runtime.context import WorkflowContext
+from engine.runtime.continuation import Continuation, count_by_name, split_carried
 from engine.runtime.driver import DEFAULT_STEP_BUDGET, Fiber, run_ready
 from engine.runtime.durable import ActivityCall
 from engine.runtime.fastjson import decode, encode
@@ -85,9 +91,6 @@ from engine.runtime.handlers import INBOUND, RECORDED, deliver_event
 from engine.runtime.interrupt import DEFAULT_MAX_TURN_EVENTS
 from engine.runtime.journal import DECISION_TYPES, Journal, describe
 from engine.runtime.registry import Registry, WorkflowDefinition
-
-MAX_CONTINUES_PER_TURN = 1000
-"""Continue-as-new chains longer than this within one turn fail the instance."""
 
 _ENDED = frozenset(
     {
@@ -113,6 +116,7 @@ class WorkflowExecution:
     __slots__ = (
         "_broken",
         "_budget",
+        "_continuation",
         "_created_ms",
         "_failure",
         "_gen",
@@ -159,6 +163,8 @@ class WorkflowExecution:
         self._turn_open = False
         self._run_inline = True
         self._broken: BaseException | None = None
+        #: The next generation, between a continue-as-new and the turn that begins it.
+        self._continuation: Continuation | None = None
         #: The exception that escaped the workflow code and failed the run (for parking).
         self.code_error: BaseException | None = None
         self.definition: WorkflowDefinition | None = None
@@ -204,6 +210,11 @@ class WorkflowExecution:
     def input(self) -> Payload | None:
         """The current generation's input."""
         return self._started.input if self._started is not None else None
+
+    @property
+    def continuation(self) -> Continuation | None:
+        """The generation a continue-as-new asked for, until a turn begins it."""
+        return self._continuation
 
     @property
     def started(self) -> ExecutionStarted | None:
@@ -340,6 +351,7 @@ class WorkflowExecution:
         journal.events = events
         journal.generation = first.generation
         journal.now_ms = first.timestamp_ms
+        journal.continue_as_new_suggested = False  # the turn that begins a generation
         journal.replaying = True
         try:
             journal.next_sequence = self._replay_events(events, first.sequence)
@@ -373,6 +385,7 @@ class WorkflowExecution:
                 self._replay_turn(commands_from if commands_from >= 0 else index, index)
                 commands_from = -1
                 journal.now_ms = body.time_ms  # type: ignore[attr-defined]
+                journal.continue_as_new_suggested = body.continue_as_new_suggested  # type: ignore[attr-defined]
                 continue
             if commands_from >= 0:
                 self._replay_turn(commands_from, index)
@@ -422,22 +435,35 @@ class WorkflowExecution:
     # --- a turn -------------------------------------------------------------------------------
 
     def step(
-        self, new_events: Sequence[Inbound], now_ms: int, *, run_inline_steps: bool = True
+        self,
+        new_events: Sequence[Inbound],
+        now_ms: int,
+        *,
+        run_inline_steps: bool = True,
+        continue_as_new_suggested: bool = False,
     ) -> TurnResult:
         """Apply new events, run the code until it waits, and return the turn's decisions.
 
+        A generation that continued as new is begun first (even with no new events).
         ``run_inline_steps=False`` leaves the code waiting at an inline step that is not in
         history instead of running it (for checks that must not cause side effects).
+        ``continue_as_new_suggested``: the generation's history has reached the size at
+        which the processor suggests a continue-as-new; recorded in the turn's
+        ``TurnStarted`` (never in the turn that begins a generation) and answered by
+        ``ctx.continue_as_new_suggested``.
         """
         self._check_usable()
         journal = self._journal
         journal.new_events = []
         journal.actions = []
         journal.now_ms = now_ms
+        journal.continue_as_new_suggested = continue_as_new_suggested
         self._turn_open = False
         self._run_inline = run_inline_steps
         rejected: list[Rejected] = []
         try:
+            if self._continuation is not None:
+                self._begin_continuation(self._continuation)
             for inbound in new_events:
                 reason = self._offer(inbound)
                 if reason is not None:
@@ -494,13 +520,16 @@ class WorkflowExecution:
         self._status = RuntimeStatus.SUSPENDED if suspended else RuntimeStatus.RUNNING
 
     def journal_inbound(self, body: EventBody) -> None:
-        """Journal an accepted inbound event (opening the turn with TurnStarted)."""
+        """Journal an accepted inbound event (opening the turn with TurnStarted; the turn
+        that begins a generation never suggests a continue-as-new)."""
         journal = self._journal
         if journal.replaying:
             return
         if not self._turn_open:
             self._turn_open = True
-            journal.append(TurnStarted(journal.now_ms))
+            if type(body) is ExecutionStarted:
+                journal.continue_as_new_suggested = False
+            journal.append(TurnStarted(journal.now_ms, journal.continue_as_new_suggested))
         journal.append(body)
 
     def _check_usable(self) -> None:
@@ -544,40 +573,33 @@ class WorkflowExecution:
             return _raise(exc)
 
     def _run_code(self) -> None:
-        """Run the current generation until every fiber waits, then settle its end."""
-        continues = 0
-        while True:
-            gen = self._gen
-            if gen is None or self._status is not RuntimeStatus.RUNNING:
-                return
-            gen.run_inline_steps = self._run_inline
-            try:
-                run_ready(gen, self._budget)
-            except StepBudgetExceededError as exc:
-                self.code_error = exc
-                self._end(RuntimeStatus.FAILED, None, failure_from_exception(exc))
-                return
-            if gen.fatal is not None:
-                raise gen.fatal
-            orphan_error = gen.unawaited_failure()
-            if orphan_error is not None:
-                self.code_error = orphan_error
-                self._end(RuntimeStatus.FAILED, None, failure_from_exception(orphan_error))
-                return
-            if not gen.halt:
-                return  # every fiber waits on something durable
-            if gen.continue_requested:
-                continues += 1
-                if continues > MAX_CONTINUES_PER_TURN:
-                    self._end(RuntimeStatus.FAILED, None, _too_many_continues())
-                    return
-                if self._continue_as_new(gen):
-                    continue
-                return
-            main = gen.main
-            if main is not None and main.done():
-                self._finish(main)
+        """Run the current generation until every fiber waits, then settle its end (a
+        continue-as-new ends the turn: the next generation runs in the next one)."""
+        gen = self._gen
+        if gen is None or self._status is not RuntimeStatus.RUNNING:
             return
+        gen.run_inline_steps = self._run_inline
+        try:
+            run_ready(gen, self._budget)
+        except StepBudgetExceededError as exc:
+            self.code_error = exc
+            self._end(RuntimeStatus.FAILED, None, failure_from_exception(exc))
+            return
+        if gen.fatal is not None:
+            raise gen.fatal
+        orphan_error = gen.unawaited_failure()
+        if orphan_error is not None:
+            self.code_error = orphan_error
+            self._end(RuntimeStatus.FAILED, None, failure_from_exception(orphan_error))
+            return
+        if not gen.halt:
+            return  # every fiber waits on something durable
+        if gen.continue_requested:
+            self._continue_as_new(gen)
+            return
+        main = gen.main
+        if main is not None and main.done():
+            self._finish(main)
 
     def _finish(self, main: Fiber[Any]) -> None:
         error = main.exception()
@@ -670,34 +692,56 @@ class WorkflowExecution:
             journal.actions.extend(close_children(children, reason, gen.number))
         self._close_generation(gen)
 
-    def _continue_as_new(self, gen: Generation) -> bool:
-        """End ``gen`` and start the next generation; False when only replaying ``gen``."""
+    def _continue_as_new(self, gen: Generation) -> None:
+        """End ``gen`` with ``ContinuedAsNew``; the next generation waits for the next
+        turn (:meth:`_begin_continuation`). Replay of a recorded one ends the same way."""
         journal = self._journal
         new_number = gen.number + 1
         recorded = journal.command(ContinuedAsNew(gen.continue_input, new_number))
-        carried = gen.unconsumed_events()
+        carried, overflow = split_carried(gen.unconsumed_events())
         children = self.running_children_policies
         self._close_generation(gen)
-        if recorded is not None:
-            self._status = RuntimeStatus.CONTINUED_AS_NEW
-            return False
-        reason = f"parent {self.instance_id} continued as new without it"
-        journal.actions.extend(close_children(children, reason, gen.number))
-        journal.actions.append(ContinueAsNew(gen.continue_input, new_number, generation=gen.number))
+        self._status = RuntimeStatus.CONTINUED_AS_NEW
         started = replace(
             gen.started, input=gen.continue_input, scheduled_start_ms=None, tags=dict(gen.tags)
         )
-        journal.generation = new_number
+        self._continuation = Continuation(started, new_number, carried)
+        if recorded is not None:
+            return
+        reason = f"parent {self.instance_id} continued as new without it"
+        journal.actions.extend(close_children(children, reason, gen.number))
+        journal.actions.append(
+            ContinueAsNew(
+                gen.continue_input, new_number, generation=gen.number, overflow=tuple(overflow)
+            )
+        )
+
+    def _begin_continuation(self, continuation: Continuation) -> None:
+        """The turn after a continue-as-new: begin the next generation, its start and the
+        events carried into it first (the turn's own events follow)."""
+        self._continuation = None
+        journal = self._journal
+        journal.generation = continuation.generation
         journal.events = []
-        journal.append(started)
-        self.begin_generation(started)
-        new_gen = self._gen
-        assert new_gen is not None
-        for name, payload in carried:
+        self.journal_inbound(continuation.started)
+        journal.events = journal.events[-1:]  # the generation's events, from its start
+        self.begin_generation(continuation.started)
+        gen = self._gen
+        assert gen is not None
+        for name, payload in continuation.carried:
             event = EventRaised(name, payload)
             journal.append(event)
-            deliver_event(new_gen, event)
-        return True
+            deliver_event(gen, event)
+
+    def unconsumed_by_name(self) -> dict[str, int]:
+        """How many received events of each name the code has not read yet (for a
+        generation that waits to begin: the events carried into it). The processor hands
+        events it keeps over only while a name's count is below ``EVENT_WINDOW``."""
+        if self._continuation is not None:
+            return count_by_name(self._continuation.carried)
+        if self._gen is not None and self._status not in _ENDED:
+            return count_by_name(self._gen.unconsumed_events())
+        return {}
 
 
 def _unappliable(event: HistoryEvent, reason: str) -> NonDeterminismError:
@@ -711,15 +755,6 @@ def _last_start(history: Sequence[HistoryEvent]) -> int:
         if type(history[index].body) is ExecutionStarted:
             return index
     return -1
-
-
-def _too_many_continues() -> FailureDetails:
-    return failure_from_exception(
-        StepBudgetExceededError(
-            f"the workflow continued as new {MAX_CONTINUES_PER_TURN} times in one turn "
-            f"without waiting on anything durable; await something before continue_as_new"
-        )
-    )
 
 
 def as_registry(workflows: Registry | WorkflowDefinition | Callable[..., Any]) -> Registry:

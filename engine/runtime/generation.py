@@ -226,12 +226,15 @@ class Generation:
             return Task()  # left waiting: the step is not in history and may not run now
         return self._execute_inline(task_id, name, fn, args)
 
+    def _step_context(self, task_id: int, name: str) -> StepContext:
+        return StepContext(self.instance_id, self.number, task_id, name, self.started.run_id)
+
     def _execute_inline(
         self, task_id: int, name: str, fn: Callable[..., Any], args: tuple[Any, ...]
     ) -> Task[Any]:
         body: InlineStepCompleted | InlineStepFailed
         try:
-            value = run_step(StepContext(self.instance_id, self.number, task_id, name), fn, args)
+            value = run_step(self._step_context(task_id, name), fn, args)
             if isinstance(value, CoroutineType):  # not the ABC: this check is on the hot path
                 value.close()
                 raise WorkflowRuntimeError(

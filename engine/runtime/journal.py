@@ -186,6 +186,7 @@ class Journal:
         "_cursor",
         "_end",
         "actions",
+        "continue_as_new_suggested",
         "events",
         "generation",
         "instance_id",
@@ -208,6 +209,9 @@ class Journal:
         self.next_sequence = next_sequence
         self.generation = generation
         self.now_ms = 0
+        #: The running turn's ``TurnStarted.continue_as_new_suggested`` (False in the turn
+        #: that begins a generation): ``ctx.continue_as_new_suggested``.
+        self.continue_as_new_suggested = False
         self.replaying = False
         self.events: list[HistoryEvent] = []
         self.new_events: list[HistoryEvent] = []

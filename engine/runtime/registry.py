@@ -50,6 +50,10 @@ class WorkflowDefinition:
     #: Finished instances are purged this long after they end (0: the namespace's
     #: ``retention_ms`` setting decides).
     retention_ms: int = 0
+    #: One generation's history sizes (events) at which a continue-as-new is suggested and
+    #: at which the instance fails (0: the settings ``history_events_warn``/``_max``).
+    history_events_warn: int = 0
+    history_events_max: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,23 @@ def _retention_ms(name: str, retention: timedelta | float | None) -> int:
             f"> 0, got {retention!r}; leave it out to use the namespace's retention_ms"
         )
     return max(1, int(seconds * 1000))
+
+
+def _history_events(name: str, warn: int, most: int) -> tuple[int, int]:
+    """``@workflow(history_events_warn=..., history_events_max=...)``: whole numbers >= 0
+    (0: the setting's), the warning size not above the maximum when both are given."""
+    for what, value in (("history_events_warn", warn), ("history_events_max", most)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise RegistrationError(
+                f"{what} of workflow {name!r} must be a whole number of history events "
+                f"(0: the setting's), got {value!r}"
+            )
+    if warn and most and warn > most:
+        raise RegistrationError(
+            f"history_events_warn={warn} of workflow {name!r} is above its "
+            f"history_events_max={most}; the warning must come first"
+        )
+    return warn, most
 
 
 def _describe(fn: Callable[..., Any]) -> str:
@@ -126,6 +147,8 @@ class Registry:
         max_concurrency_per_key: int = 0,
         default: bool = False,
         retention: timedelta | float | None = None,
+        history_events_warn: int = 0,
+        history_events_max: int = 0,
     ) -> Callable[[F], F]: ...
 
     def workflow(
@@ -139,6 +162,8 @@ class Registry:
         max_concurrency_per_key: int = 0,
         default: bool = False,
         retention: timedelta | float | None = None,
+        history_events_warn: int = 0,
+        history_events_max: int = 0,
     ) -> F | Callable[[F], F]:
         """Register an ``async def`` workflow; usable bare or as ``@workflow(name=...)``.
 
@@ -148,7 +173,10 @@ class Registry:
         ``concurrency_key`` their starts name; further starts wait, in order, as PENDING.
         ``default``: starts that name no version run this version (else the newest does).
         ``retention`` (a timedelta or seconds): the processor purges a finished instance
-        this long after it ended (overrides the namespace's ``retention_ms``)."""
+        this long after it ended (overrides the namespace's ``retention_ms``).
+        ``history_events_warn``/``history_events_max``: one generation's history sizes at
+        which ``ctx.continue_as_new_suggested`` turns True and the instance fails
+        (override the settings of the same names; 0: the setting's)."""
 
         def register(f: F) -> F:
             self.add_workflow(
@@ -159,6 +187,8 @@ class Registry:
                 max_concurrency_per_key=max_concurrency_per_key,
                 default=default,
                 retention=retention,
+                history_events_warn=history_events_warn,
+                history_events_max=history_events_max,
             )
             return f
 
@@ -206,6 +236,8 @@ class Registry:
         max_concurrency_per_key: int = 0,
         default: bool = False,
         retention: timedelta | float | None = None,
+        history_events_warn: int = 0,
+        history_events_max: int = 0,
     ) -> WorkflowDefinition:
         """Register ``fn`` as a workflow (the non-decorator form)."""
         name = name or getattr(fn, "__name__", "")
@@ -232,6 +264,7 @@ class Registry:
             limit,
             default,
             _retention_ms(name, retention),
+            *_history_events(name, history_events_warn, history_events_max),
         )
         self._check_default(definition)
         self._workflows[(name, version)] = definition
@@ -427,6 +460,8 @@ def workflow(
     max_concurrency_per_key: int = 0,
     default: bool = False,
     retention: timedelta | float | None = None,
+    history_events_warn: int = 0,
+    history_events_max: int = 0,
 ) -> Callable[[F], F]: ...
 
 
@@ -440,6 +475,8 @@ def workflow(
     max_concurrency_per_key: int = 0,
     default: bool = False,
     retention: timedelta | float | None = None,
+    history_events_warn: int = 0,
+    history_events_max: int = 0,
 ) -> F | Callable[[F], F]:
     """Register an ``async def wf(ctx, input)`` workflow in :data:`default_registry`."""
     if fn is not None:
@@ -451,6 +488,8 @@ def workflow(
         max_concurrency_per_key=max_concurrency_per_key,
         default=default,
         retention=retention,
+        history_events_warn=history_events_warn,
+        history_events_max=history_events_max,
     )
 
 

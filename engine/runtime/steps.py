@@ -7,7 +7,7 @@ crash of the replica, an instance isolated after a refused record) runs the code
 the step with it, since its first result was never recorded. So a step with a side effect
 (a call out, a row written) needs what an activity has: a key that is the same on every
 re-run of the step and differs between steps (:func:`engine.core.idempotency.call_key`:
-instance, generation, task id). The runtime sets a context variable around the body, so the
+instance, run id, generation, task id). The runtime sets a context variable around the body, so the
 function does not have to declare a parameter for it, as ``activity.info()`` works for
 activities. On replay the recorded result is used and the body does not run at all.
 """
@@ -34,13 +34,15 @@ class StepContext:
     generation: int
     task_id: int
     name: str
+    #: The run id of the start that began the run ("": a run from before run ids).
+    run_id: str = ""
 
     @property
     def idempotency_key(self) -> str:
-        """``instance/generation/task id``: the same every time this step's body runs
-        (a redone turn gives it the same task id), different for every other step and
-        call of the workflow."""
-        return call_key(self.instance_id, self.generation, self.task_id)
+        """``instance/run id/generation/task id``: the same every time this step's body
+        runs (a redone turn gives it the same task id), different for every other step and
+        call of the workflow, and for a later run of a reused instance id."""
+        return call_key(self.instance_id, self.run_id, self.generation, self.task_id)
 
 
 _CURRENT: contextvars.ContextVar[StepContext | None] = contextvars.ContextVar(

@@ -331,6 +331,13 @@ class InstanceState:
         return self.raw.generation
 
     @property
+    def run_id(self) -> str:
+        """The id of the instance's current run: new for every start of the id (also
+        after a purge), the same across its continue-as-new generations ("" for runs
+        from before run ids)."""
+        return self.raw.run_id
+
+    @property
     def is_completed(self) -> bool:
         """Whether the instance ended (COMPLETED, FAILED or TERMINATED)."""
         return self.raw.status.is_terminal
@@ -394,6 +401,7 @@ class InstanceState:
             "tags": self.tags,
             "unserved": self.unserved,
             "pending_reason": self.pending_reason,
+            "run_id": self.run_id,
         }
 
 

@@ -138,6 +138,7 @@ class Completion:
             self.output,
             self.failure,
             details=self.details,
+            run_id=t.run_id,
         )
 
 
@@ -276,8 +277,8 @@ class _Unserved:
     epoch: int
     requeues: int
     due: float
-    #: (instance, generation, task id, attempt) of the task, to match a cancellation.
-    call: tuple[str, int, int, int] = ("", 0, 0, 0)
+    #: (instance, run id, generation, task id, attempt) of the task, to match a cancellation.
+    call: tuple[str, str, int, int, int] = ("", "", 0, 0, 0)
 
     def requeued(self, partitions: int) -> Outbound:
         headers = tuple(h for h in self.record.headers if h[0] != REQUEUES_HEADER)
@@ -288,8 +289,8 @@ class _Unserved:
         return Outbound(key, value, r.partition, False, headers, target, r.offset, self.epoch)
 
 
-def _call_of(task: ActivityTask) -> tuple[str, int, int, int]:
-    return (task.instance_id, task.generation, task.task_id, task.attempt)
+def _call_of(task: ActivityTask) -> tuple[str, str, int, int, int]:
+    return (task.instance_id, task.run_id, task.generation, task.task_id, task.attempt)
 
 
 def _requeues(record: TaskRecord) -> int:
@@ -500,7 +501,12 @@ class Worker:
         )
         log.warning("%s (%s)", note, task.attempt_label)
         result = ActivityResult(
-            task.instance_id, task.generation, task.task_id, task.attempt, unserved=note
+            task.instance_id,
+            task.generation,
+            task.task_id,
+            task.attempt,
+            unserved=note,
+            run_id=task.run_id,
         )
         key = task.instance_id.encode("utf-8")
         return Outbound(
@@ -527,7 +533,7 @@ class Worker:
     def _cancel(self, c: ActivityCancel) -> None:
         """Stop the attempt the workflow no longer waits for: running (the runner stops
         it), waiting for a slot, or held as unserved (dropped); else it is over already."""
-        call = (c.instance_id, c.generation, c.task_id, c.attempt)
+        call = (c.instance_id, c.run_id, c.generation, c.task_id, c.attempt)
         for attempt in list(self._attempts.values()):
             if _call_of(attempt.task) == call:
                 log.info("cancelling %s: %s", attempt.task.attempt_label, c.reason)
@@ -706,7 +712,13 @@ class Worker:
             retryable=False,
         )
         replaced = ActivityResult(
-            result.instance_id, result.generation, result.task_id, result.attempt, None, failure
+            result.instance_id,
+            result.generation,
+            result.task_id,
+            result.attempt,
+            None,
+            failure,
+            run_id=result.run_id,
         )
         value = encode_message(replaced)
         r = record

@@ -176,6 +176,8 @@ class TestEngine(ScheduleMethods):
             turn_max_events=base.turn_max_events,
             tracing=self._tracing,
             publish_topics=frozenset(base.publish_topics),
+            backlog_events_max=base.backlog_events_max,
+            history_limits=base.history_limits,
         )
         self._env = env
         self.processors = {

@@ -38,13 +38,16 @@ def test_retries_of_one_call_share_its_key_and_each_call_has_its_own() -> None:
     with TestEngine(registry) as env:
         env.start("checkout", 5, instance_id="o-1")
         assert env.wait_for_completion("o-1").output == ["paid 5", "paid 6"]
+        state = env.get("o-1")
+        assert state is not None and state.run_id
+        run = state.run_id  # a later run of the id (after a purge) gets keys of its own
     assert seen == [
-        ("o-1/0/0", 1),
-        ("o-1/0/0", 2),
-        ("o-1/0/0", 3),
-        ("o-1/0/3", 1),
-        ("o-1/0/3", 2),
-        ("o-1/0/3", 3),
+        (f"o-1/{run}/0/0", 1),
+        (f"o-1/{run}/0/0", 2),
+        (f"o-1/{run}/0/0", 3),
+        (f"o-1/{run}/0/3", 1),
+        (f"o-1/{run}/0/3", 2),
+        (f"o-1/{run}/0/3", 3),
     ]
 
 

@@ -134,19 +134,22 @@ def _run(
     turns: int = 50,
     start_ms: int = START_MS,
 ) -> list[HistoryEvent]:
-    """Run an instance to its end (or ``turns`` turns), answering activities in memory."""
+    """Run an instance to its end (or ``turns`` turns), answering activities in memory (and
+    taking the turn the processor's wake-up brings after a continue-as-new)."""
     execution = WorkflowExecution(registry, instance_id)
     inbox = [Inbound(ExecutionStarted(name, to_payload(value)))]
     history: list[HistoryEvent] = []
     now = start_ms
+    continued = False
     for _ in range(turns):
-        if not inbox:
+        if not inbox and not continued:
             break
         result = execution.step(inbox, now)
         history.extend(result.new_events)
         inbox = [
             _answer(registry, a) for a in result.actions if isinstance(a, act.ScheduleActivity)
         ]
+        continued = any(isinstance(a, act.ContinueAsNew) for a in result.actions)
         now += 1000
     return history
 
@@ -394,7 +397,20 @@ def test_the_fold_tracks_what_history_implies() -> None:
     assert (fold.first_generation, fold.generation) == (0, 2)
     assert fold.next_sequence == len(events)
     start = max(e.sequence for e in events if isinstance(e.body, ExecutionStarted))
+    assert isinstance(events[start - 1].body, TurnStarted)  # the generation's own turn
+    assert sorted(fold.rows) == list(range(start - 1, len(events)))
+
+
+def test_the_fold_of_a_history_whose_continue_as_new_began_the_next_generation_at_once() -> None:
+    """Histories from before continue-as-new ended its turn: the next generation's start
+    followed ContinuedAsNew in the same turn, and its rows begin at that start."""
+    legacy = Path(__file__).parents[1] / "golden" / "legacy" / "monitor_continue_in_one_turn.json"
+    events = history_from_json(json.loads(legacy.read_text())["instances"]["wf-1"])
+    fold = fold_histories(_decoded(_seal(events)))["wf-1"]
+    start = max(e.sequence for e in events if isinstance(e.body, ExecutionStarted))
+    assert type(events[start - 1].body).__name__ == "ContinuedAsNew"
     assert sorted(fold.rows) == list(range(start, len(events)))
+    assert fold.status is RuntimeStatus.COMPLETED
 
 
 def test_matching_state_has_no_differences() -> None:

@@ -109,15 +109,18 @@ class InstanceFold:
 
     def _started(self, body: ExecutionStarted, sequence: int) -> None:
         """A new generation: continue-as-new keeps the custom status, a new run does not."""
+        continued = self.status is RuntimeStatus.CONTINUED_AS_NEW
         self.status = RuntimeStatus.RUNNING
         self.name, self.version = body.name, body.version
         self.output = self.failure = None
+        if not continued:
+            self.custom_status = None
         if self._after_continue:
-            # after continue-as-new the processor keeps rows from ExecutionStarted on
+            # a continue-as-new that began the next generation in its own turn (histories
+            # from before it ended the turn): the rows start at ExecutionStarted
             self.rows = {}
         else:
-            # a new run keeps rows from the turn that started it (its TurnStarted) on
-            self.custom_status = None
+            # a generation begun by a turn of its own keeps rows from its TurnStarted on
             self.rows = {seq: h for seq, h in self.rows.items() if seq == sequence - 1}
 
     def to_json(self) -> dict[str, Any]:
@@ -273,8 +276,12 @@ def _fields(view: InstanceRow | InstanceStatus) -> dict[str, object]:
 
 
 def _fold_fields(fold: InstanceFold) -> dict[str, object]:
+    status = fold.status
+    if status is RuntimeStatus.CONTINUED_AS_NEW:
+        # its next generation begins in the instance's next turn: it runs on meanwhile
+        status = RuntimeStatus.RUNNING
     return {
-        "status": fold.status,
+        "status": status,
         "generation": fold.generation,
         "name": fold.name,
         "version": fold.version,

@@ -144,11 +144,12 @@ class Batch:
         self._dirty[meta.instance_id] = meta
 
     def remove(self, meta: InstanceRow) -> None:
-        """Delete the instance's row and its status (purge); its history stays on the topic."""
+        """Delete the instance's row and its status (purge); its history stays on the topic.
+        The status tombstone is written when the batch ends, unless a new run of the id
+        saved a row after it (its status record then replaces the old one)."""
         self._dirty.pop(meta.instance_id, None)
         self._removed.add(meta.instance_id)
         self.tables.delete_meta(meta.instance_id)
-        self.emit(self.env.topics.status, meta.instance_id.encode(), None, self.partition)
 
     def ended(self) -> list[Loaded]:
         """The runs that ended in this batch: their status became terminal, or a new run
@@ -205,13 +206,18 @@ class Batch:
 
     def close(self) -> None:
         """Write the changed rows with their status records, and turn every table change
-        into its changelog record; the batch is then ready for the transaction."""
+        into its changelog record; the batch is then ready for the transaction. Each
+        instance gets at most one status record per batch: its row's, or the tombstone of
+        a purge."""
         status_topic = self.env.topics.status
         self.status_moves = self._status_moves()
+        for instance_id in sorted(self._removed - self._dirty.keys()):
+            self.origin = instance_id
+            self.emit(status_topic, instance_id.encode(), None, self.partition)
         for meta in self._dirty.values():
             self.origin = meta.instance_id
             status = self._write_row(meta)
-            if status is not None:
+            if status is not None or meta.instance_id in self._removed:  # None: a tombstone
                 self.emit(status_topic, meta.instance_id.encode(), status, self.partition)
         self._dirty = {}
         self.changes = self.tables.take_changes()

@@ -41,10 +41,12 @@ def send_activity_cancel(
     attempt: int,
     task_queue: str,
     reason: str,
+    *,
+    run_id: str,
 ) -> None:
-    """Ask the worker running this attempt to stop it (idempotent: a worker that no longer
-    runs it ignores the request)."""
-    cancel = ActivityCancel(instance_id, generation, task_id, attempt, reason)
+    """Ask the worker running this attempt (of run ``run_id``) to stop it (idempotent: a
+    worker that no longer runs it ignores the request)."""
+    cancel = ActivityCancel(instance_id, generation, task_id, attempt, reason, run_id)
     b.send(b.env.topics.task_queue(task_queue), cancel)
 
 
@@ -89,12 +91,14 @@ def after_turn(b: Batch, item: Loaded, inbox: list[Inbound], result: TurnResult)
         if type(i.body) is TaskCompleted or type(i.body) is TaskFailed
     }
     execution = item.execution
-    instance_id = item.meta.instance_id
+    instance_id, run_id = item.meta.instance_id, item.meta.run_id
 
     def settle(task_id: int, attempt: OpenAttempt, reason: str) -> None:
         generation, number, queue = attempt
         if (task_id, number) not in reported:
-            send_activity_cancel(b, instance_id, generation, task_id, number, queue, reason)
+            send_activity_cancel(
+                b, instance_id, generation, task_id, number, queue, reason, run_id=run_id
+            )
 
     for action in result.actions:
         if type(action) is act.ScheduleActivity:

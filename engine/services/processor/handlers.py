@@ -52,15 +52,18 @@ from engine.core.messages import (
     SuspendWorkflow,
     TerminateWorkflow,
 )
+from engine.core.payloads import Payload
 from engine.core.schedules import SCHEDULE_PREFIX
 from engine.core.tags import checked_tags
 from engine.runtime.executor import WorkflowExecution
 from engine.services.processor import (
+    backlog,
     keys,
     parking,
     pending,
     reset,
     retention,
+    runs,
     schedules,
     slots,
     spans,
@@ -185,6 +188,7 @@ def _refuse(b: Batch, msg: StartWorkflow, error: str, reason: str) -> Verdict:
                 child_instance_id=msg.instance_id,
                 status=RuntimeStatus.FAILED,
                 failure=failure,
+                run_id=msg.parent_run_id,
             ),
         )
     return refused(error, reason)
@@ -200,6 +204,7 @@ def _schedule_start(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> 
     meta.request_id = msg.request_id
     meta.created_ms = meta.last_updated_ms = now_ms
     meta.scheduled_start = msg
+    meta.run_id = runs.new_run_id(b, meta.instance_id)  # the timer that begins it has none
     assert msg.scheduled_start_ms is not None
     b.tables.put_timer(
         keys.TimerKey(msg.scheduled_start_ms, msg.instance_id, meta.generation, START_TIMER)
@@ -229,10 +234,11 @@ def begin(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
     meta.parent_instance_id = msg.parent_instance_id
     meta.parent_generation = msg.parent_generation
     meta.parent_task_id = msg.parent_task_id
+    meta.run_id, meta.parent_run_id = runs.run_id_at_begin(b, meta), msg.parent_run_id
     meta.tags, meta.request_id = dict(msg.tags), msg.request_id
     meta.scheduled_start = None
     meta.concurrency_key = msg.concurrency_key
-    meta.generation_start = meta.next_sequence
+    meta.generation_start, meta.history_bytes = meta.next_sequence, 0
     item.execution = WorkflowExecution(
         b.env.registry,
         meta.instance_id,
@@ -242,14 +248,14 @@ def begin(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
     )
     meta.version = b.env.registry.start_version(msg.name, msg.version)
     traceparent = spans.start_traceparent(b, meta.instance_id, meta.generation)
-    item.inbox = [Inbound(_started(msg, meta.version, traceparent))]
+    item.inbox = [Inbound(_started(msg, meta.version, traceparent, meta.run_id))]
     for event in pending.unexpired(b, meta, now_ms):
         item.inbox.append(Inbound(EventRaised(event.name, event.input)))
     meta.pending_events = []
     b.save(meta)
 
 
-def _started(msg: StartWorkflow, version: str, traceparent: str) -> ExecutionStarted:
+def _started(msg: StartWorkflow, version: str, traceparent: str, run_id: str) -> ExecutionStarted:
     return ExecutionStarted(
         name=msg.name,
         input=msg.input,
@@ -261,6 +267,8 @@ def _started(msg: StartWorkflow, version: str, traceparent: str) -> ExecutionSta
         tags=dict(msg.tags),
         request_id=msg.request_id,
         traceparent=traceparent,
+        run_id=run_id,
+        parent_run_id=msg.parent_run_id,
     )
 
 
@@ -282,11 +290,17 @@ def on_raise(b: Batch, msg: RaiseEvent, now_ms: int) -> Verdict:
         return pending.keep(b, meta, msg.name, msg.input, now_ms)
     if meta.status.is_terminal:
         return _ended(msg, meta)
-    if parking.keeps_events(item):
-        return parking.keep_event(b, item, msg.name, msg.input, now_ms)
-    item.inbox.append(Inbound(EventRaised(msg.name, msg.input)))
     spans.note_link(b, item)
-    return accepted()
+    return _live_event(b, item, msg.name, msg.input, now_ms)
+
+
+def _live_event(b: Batch, item: Loaded, name: str, data: Payload | None, now_ms: int) -> Verdict:
+    """An event for an instance that runs: behind its backlog while it has one (each
+    name's events keep their order, parked or not), else kept for a parked one's retry,
+    else into its next turn."""
+    if parking.keeps_events(item) and not item.meta.backlog:
+        return parking.keep_event(b, item, name, data, now_ms)
+    return backlog.deliver(b, item, name, data, now_ms)
 
 
 def _ended(msg: Message, meta: InstanceRow) -> Verdict:
@@ -319,6 +333,9 @@ def on_activity_result(b: Batch, msg: ActivityResult, now_ms: int) -> None:
         return
     body: Any
     item = b.load(msg.instance_id)
+    if runs.is_other_run(item.meta, msg.run_id):
+        _reject(b, msg, f"the result is for run {msg.run_id}, not the current run")
+        return
     if item.meta.unserved:
         item.meta.unserved = ""  # some worker serves it after all: the note is over
         b.save(item.meta)
@@ -337,7 +354,9 @@ def _note_unserved(b: Batch, msg: ActivityResult) -> None:
     item = b.load(msg.instance_id)
     meta = item.meta
     if meta.status in (RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED) and (
-        msg.generation == meta.generation and meta.unserved != msg.unserved
+        msg.generation == meta.generation
+        and meta.unserved != msg.unserved
+        and not runs.is_other_run(meta, msg.run_id)
     ):
         meta.unserved = msg.unserved
         b.save(meta)
@@ -360,6 +379,9 @@ def on_child_result(b: Batch, msg: ChildResult, now_ms: int) -> None:
         _reject(b, msg, "only a schedule hears that a run it started parked")
         return
     parent = b.load(msg.instance_id).meta
+    if runs.is_other_run(parent, msg.run_id):  # a child of a purged run of this id
+        _reject(b, msg, f"the result is for run {msg.run_id}, not the current run")
+        return
     running = [c for c in parent.children if c.instance_id != msg.child_instance_id]
     if len(running) != len(parent.children):  # it no longer runs, whatever its parent does
         parent.children = running
@@ -513,9 +535,9 @@ def _signal(b: Batch, item: Loaded, msg: SignalWithStart, now_ms: int) -> Verdic
     meta = item.meta
     if meta.status is RuntimeStatus.PENDING:
         return pending.keep(b, meta, msg.event_name, msg.event_input, now_ms)
-    if parking.keeps_events(item):
-        return parking.keep_event(b, item, msg.event_name, msg.event_input, now_ms)
-    item.inbox.append(Inbound(EventRaised(msg.event_name, msg.event_input)))
+    verdict = _live_event(b, item, msg.event_name, msg.event_input, now_ms)
+    if verdict.reason:  # queued behind its backlog, or refused
+        return verdict
     status = meta.reported_status or meta.status
     assert status is not None
     return accepted(f"instance is {status.value}; the event was delivered")
@@ -533,6 +555,9 @@ def fire_timer(b: Batch, timer: keys.TimerKey, now_ms: int) -> None:
         return
     if timer.task_id == pending.PENDING_TIMER:
         pending.expire_due(b, item, now_ms)  # the row's kept events, whatever its generation
+        return
+    if timer.task_id == backlog.WAKE_TIMER:
+        backlog.woken(b, item, timer)  # one of an older generation is simply done
         return
     if timer.generation != meta.generation:
         b.counters.reject("TimerFired")

@@ -24,7 +24,6 @@ from engine.codec import seal_history
 from engine.core.errors import WorkflowRuntimeError
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.history import (
-    ContinuedAsNew,
     EventBody,
     ExecutionCompleted,
     ExecutionStarted,
@@ -47,7 +46,16 @@ from engine.core.messages import (
 from engine.runtime import actions as act
 from engine.runtime.actions import TurnResult
 from engine.runtime.interrupt import TurnEventsExceeded
-from engine.services.processor import cancels, keys, parking, pending, spans
+from engine.services.processor import (
+    backlog,
+    cancels,
+    history_limits,
+    keys,
+    parking,
+    pending,
+    runs,
+    spans,
+)
 from engine.services.processor.batch import Batch
 from engine.services.processor.poison import BOUND_ERRORS, TINY, check_turn, fitting
 from engine.services.processor.publish import publish_record
@@ -68,6 +76,8 @@ def step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
 
 
 def _step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
+    item.wake = False
+    item.continuing = item.execution.continuation if item.execution is not None else None
     inbox = parking.take_inbox(b, item, now_ms)
     if inbox is None:
         return  # parked: the events wait for its retry
@@ -91,13 +101,8 @@ def _step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
     for rejected in result.rejected:
         b.counters.reject(rejected.inbound.body.KIND)
         log.info("%s: rejected %s: %s", meta.instance_id, rejected.inbound.body, rejected.reason)
-    if not result.new_events:
+    if not result.new_events or not _record_turn(b, item, inbox, result, now_ms):
         return
-    oversized = check_turn(b.env.limits, result.new_events)
-    if oversized is not None:
-        _fail_on_bound(b, item, inbox, oversized, now_ms)
-        return
-    record_events(b, item, result.new_events)
     for action in result.actions:
         handler = ACTION_HANDLERS.get(type(action))
         if handler is not None:
@@ -105,6 +110,7 @@ def _step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
     cancels.after_turn(b, item, inbox, result)  # workers stop what it no longer waits for
     _refresh_meta(item, now_ms)
     b.save(meta)
+    backlog.after_turn(b, item, now_ms)
     if meta.status is not None and meta.status.is_terminal:
         b.counters.completed += 1
         if meta.status is RuntimeStatus.FAILED:
@@ -147,44 +153,106 @@ def _run_turn(b: Batch, item: Loaded, inbox: list[Inbound], now_ms: int) -> Turn
 
 def _step(b: Batch, item: Loaded, inbox: list[Inbound], now_ms: int) -> TurnResult:
     execution = b.execution(item)
+    item.continuing = execution.continuation
     cancels.before_turn(item, execution)
+    backlog.feed(b, item, execution, inbox)
+    suggested = history_limits.suggests(b, item.meta)
     try:
         spans.stepping(b, execution.history)
-        return execution.step(inbox, now_ms)
+        return execution.step(inbox, now_ms, continue_as_new_suggested=suggested)
     except TurnEventsExceeded as exc:
         raise exc.error() from None
 
 
+def _record_turn(
+    b: Batch, item: Loaded, inbox: list[Inbound], result: TurnResult, now_ms: int
+) -> bool:
+    """Record the turn's events, unless one of the engine's bounds refuses them (a value
+    over its size limit, the history limit): the instance then fails in their place."""
+    meta = item.meta
+    refusal = check_turn(b.env.limits, result.new_events)
+    sealed = seal_events(meta, result.new_events) if refusal is None else []
+    if refusal is None:
+        refusal = history_limits.exceeded(b, meta, result, sealed)
+    if refusal is not None:
+        _fail_on_bound(b, item, inbox, refusal, now_ms)
+        return False
+    begins = any(type(e.body) is ExecutionStarted for e in result.new_events)
+    before = (0, 0) if begins else history_limits.size(meta)
+    write_events(b, item, result.new_events, sealed)
+    history_limits.note_recorded(b, meta, before)
+    return True
+
+
 def record_events(b: Batch, item: Loaded, events: list[HistoryEvent]) -> None:
+    """Chain ``events`` onto the instance's history and write them (history topic and
+    state table)."""
+    write_events(b, item, events, seal_events(item.meta, events))
+
+
+def seal_events(meta: InstanceRow, events: list[HistoryEvent]) -> list[tuple[HistoryEvent, bytes]]:
+    """The events chained onto the instance's hash chain and encoded; nothing is written
+    yet (so a bound can still refuse them by their encoded size)."""
+    sealed = []
+    last_hash = meta.last_hash
+    for event in events:
+        chained, data = seal_history(event, last_hash)
+        last_hash = chained.hash
+        sealed.append((chained, data))
+    return sealed
+
+
+def write_events(
+    b: Batch, item: Loaded, events: list[HistoryEvent], sealed: list[tuple[HistoryEvent, bytes]]
+) -> None:
+    """Write sealed events; a generation that begins among them leaves the ones before it
+    out of the state table, and the row counts the current generation's bytes."""
     meta = item.meta
     topic = b.env.topics.history
     key = meta.instance_id.encode()
     previous: HistoryEvent | None = None
-    for event in events:
-        sealed, data = seal_history(event, meta.last_hash)
-        meta.last_hash = sealed.hash
+    previous_size = 0
+    for event, data in sealed:
+        meta.last_hash = event.hash
         meta.next_sequence = event.sequence + 1
         b.tables.put(keys.history_key(meta.instance_id, event.sequence), data)
         b.emit(topic, key, data, b.partition)
         b.counters.recorded(meta.name, meta.version, event.body)
-        if isinstance(event.body, ExecutionStarted) and _continues(previous):
-            # the previous generation leaves the state table (the history topic keeps it),
-            # so a cold load replays only the current generation
-            b.tables.delete_history(meta.instance_id, meta.generation_start, event.sequence)
-            meta.generation_start = event.sequence
-        previous = event
+        meta.history_bytes += len(data)
+        if isinstance(event.body, ExecutionStarted):
+            _new_generation(b, meta, event, previous)
+            meta.history_bytes = len(data) + (previous_size if _opens(previous) else 0)
+        previous, previous_size = event, len(data)
     spans.turn_recorded(b, item, events)
 
 
-def _continues(event: HistoryEvent | None) -> bool:
-    return event is not None and isinstance(event.body, ContinuedAsNew)
+def _opens(event: HistoryEvent | None) -> bool:
+    return event is not None and isinstance(event.body, TurnStarted)
+
+
+def _new_generation(
+    b: Batch, meta: InstanceRow, started: HistoryEvent, previous: HistoryEvent | None
+) -> None:
+    """A generation began: it starts at the turn's ``TurnStarted`` (or at its start, in
+    histories whose continue-as-new began the next generation in the same turn), and the
+    generations before it leave the state table (the history topic keeps them), so a cold
+    load replays only the current one. A new run has moved ``generation_start`` already."""
+    begins = started.sequence
+    if previous is not None and _opens(previous):
+        begins = previous.sequence
+    if begins > meta.generation_start:
+        b.tables.delete_history(meta.instance_id, meta.generation_start, begins)
+        meta.generation_start = begins
 
 
 def _refresh_meta(item: Loaded, now_ms: int) -> None:
     execution = item.execution
     assert execution is not None
     meta = item.meta
-    meta.status = execution.status
+    status = execution.status
+    # between a continue-as-new and the turn that begins the next generation (the next
+    # batch) the instance runs on; the row shows it RUNNING, as every reader expects
+    meta.status = RuntimeStatus.RUNNING if status is RuntimeStatus.CONTINUED_AS_NEW else status
     meta.generation = execution.generation
     meta.output = execution.output
     meta.failure = execution.failure
@@ -271,6 +339,8 @@ def fail_turn(
     meta.last_updated_ms = now_ms
     notify_parent(b, meta.instance_id, item, RuntimeStatus.FAILED, None, details)
     _close_children(b, item, now_ms)
+    if meta.backlog:
+        backlog.give_up(b, meta, "its run failed before reading it")
     b.save(meta)
     b.counters.completed += 1
     log_failed(meta)
@@ -297,6 +367,9 @@ def _failed_events(
     meta = item.meta
     bodies: list[EventBody] = []
     started = next((i.body for i in inbox if isinstance(i.body, ExecutionStarted)), None)
+    if started is None and item.continuing is not None:
+        # the turn was to begin the generation a continue-as-new asked for: it begins it
+        started, meta.generation = item.continuing.started, item.continuing.generation
     if isinstance(started, ExecutionStarted):
         started = replace(started, input=fitting(started.input, input_limit))
         bodies += [TurnStarted(now_ms), started]
@@ -326,6 +399,7 @@ def _schedule_activity(b: Batch, item: Loaded, a: act.ScheduleActivity, now_ms: 
         deadline_ms=a.deadline_ms,
         heartbeat_timeout_ms=a.heartbeat_timeout_ms,
         heartbeat_details=a.heartbeat_details,
+        run_id=item.meta.run_id,
     )
     b.send(b.env.topics.task_queue(a.task_queue), task)
 
@@ -352,9 +426,10 @@ def _start_child(b: Batch, item: Loaded, a: act.StartChild, now_ms: int) -> None
 
 
 def start_child(b: Batch, item: Loaded, a: act.StartChild, reuse_policy: IdReusePolicy) -> None:
-    """Note the child as running and send its start (request id: the parent's call, so a
-    redone turn's start is answered as a duplicate); a reset starts a child the new run
-    waits for again with ``TERMINATE_IF_RUNNING``, replacing the old run's."""
+    """Note the child as running and send its start (request id: the parent's call, with
+    its run id, so a redone turn's start is answered as a duplicate and a later run of the
+    parent's id is not); a reset starts a child the new run waits for again with
+    ``TERMINATE_IF_RUNNING``, replacing the old run's."""
     meta = item.meta
     parent = meta.instance_id
     meta.children = [c for c in meta.children if c.instance_id != a.instance_id]
@@ -365,10 +440,11 @@ def start_child(b: Batch, item: Loaded, a: act.StartChild, reuse_policy: IdReuse
         input=a.input,
         version=a.version,
         reuse_policy=reuse_policy,
-        request_id=f"{parent}/{a.generation}/{a.task_id}",
+        request_id=runs.child_request_id(parent, meta.run_id, a.generation, a.task_id),
         parent_instance_id=parent,
         parent_generation=a.generation,
         parent_task_id=a.task_id,
+        parent_run_id=meta.run_id,
     )
     b.send(b.env.topics.instance_messages, start)
 
@@ -411,6 +487,7 @@ def notify_parent(
         status=status,
         output=output,
         failure=failure,
+        run_id=meta.parent_run_id,
     )
     b.send(b.env.topics.instance_messages, result)
 
@@ -431,9 +508,17 @@ def _cancel_children(b: Batch, item: Loaded, a: act.CancelChildren, now_ms: int)
         b.send(b.env.topics.instance_messages, CancelWorkflow(instance_id=child, reason=a.reason))
 
 
+def _continue_as_new(b: Batch, item: Loaded, a: act.ContinueAsNew, now_ms: int) -> None:
+    """The generation ended; the next one begins in the instance's next turn, which the
+    wake-up timer brings. Unread events beyond what it is given at its start wait in the
+    backlog (``backlog``)."""
+    if a.overflow:
+        backlog.carry(b, item, a.overflow, now_ms)
+    backlog.wake(b, item.meta.instance_id, a.generation, now_ms)
+
+
 def _nothing_to_send(b: Batch, item: Loaded, a: Any, now_ms: int) -> None:
-    """Recorded in history and in the row already (continue-as-new moves the generation
-    start when its ExecutionStarted is recorded); nothing leaves the partition."""
+    """Recorded in history and in the row already; nothing leaves the partition."""
 
 
 ActionHandler = Callable[[Batch, Loaded, Any, int], None]
@@ -445,7 +530,7 @@ ACTION_HANDLERS: dict[type, ActionHandler] = {
     act.CancelTimer: _cancel_timer,
     act.SendEvent: _send_event,
     act.CompleteExecution: _complete,
-    act.ContinueAsNew: _nothing_to_send,
+    act.ContinueAsNew: _continue_as_new,
     act.TerminateChildren: _terminate_children,
     act.CancelChildren: _cancel_children,
     act.CancelActivity: _cancel_activity,

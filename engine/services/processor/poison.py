@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.core.errors import (
+    HistoryLimitExceededError,
     InstanceTurnError,
     PayloadTooLargeError,
     StepBudgetExceededError,
@@ -33,11 +34,13 @@ from engine.core.payloads import Payload
 from engine.services.processor import keys
 
 #: Errors out of a turn that the engine's own bounds raised: the turn budget, the bound of
-#: events per turn, a value over its size limit. They fail the instance for good.
+#: events per turn, a value over its size limit, the history limit. They fail the instance
+#: for good.
 BOUND_ERRORS: tuple[type[Exception], ...] = (
     WorkflowTurnTimeoutError,
     StepBudgetExceededError,
     PayloadTooLargeError,
+    HistoryLimitExceededError,
 )
 
 

@@ -54,7 +54,7 @@ from engine.core.messages import (
 from engine.runtime import actions as act
 from engine.runtime.executor import WorkflowExecution
 from engine.runtime.reset import ResetPlan, marked, plan_reset, resolve_point
-from engine.services.processor import cancels, keys, parking, pending, slots
+from engine.services.processor import cancels, keys, parking, pending, runs, slots
 from engine.services.processor.batch import Batch
 from engine.services.processor.command_outcomes import (
     Verdict,
@@ -225,8 +225,9 @@ def _rerun_from(b: Batch, item: Loaded, msg: RerunFrom, now_ms: int, *, granted:
     """The rerun's new run; under a per-key concurrency limit it first waits for a slot
     of the source run's key, as a start does (``granted``: it has one now)."""
     meta = item.meta
+    run_id = runs.new_run_id(b, meta.instance_id)
     events = [
-        _standalone(replace(decode_history(raw), instance_id=meta.instance_id))
+        _standalone(replace(decode_history(raw), instance_id=meta.instance_id), run_id)
         for raw in msg.history
     ]
     try:
@@ -253,11 +254,19 @@ def _started_of(events: list[HistoryEvent]) -> ExecutionStarted:
     raise InvalidResetPointError("the run's history has no start; nothing to run again")
 
 
-def _standalone(event: HistoryEvent) -> HistoryEvent:
-    """A rerun's copy of an event: its start has no parent (the new instance is its own)."""
+def _standalone(event: HistoryEvent, run_id: str) -> HistoryEvent:
+    """A rerun's copy of an event: its start has no parent (the new instance is its own)
+    and begins a run of its own (``run_id``)."""
     body = event.body
     if isinstance(body, ExecutionStarted):
-        body = replace(body, parent_instance_id=None, parent_generation=None, parent_task_id=None)
+        body = replace(
+            body,
+            parent_instance_id=None,
+            parent_generation=None,
+            parent_task_id=None,
+            parent_run_id="",
+            run_id=run_id,
+        )
     return replace(event, body=body)
 
 
@@ -421,7 +430,7 @@ def _end_old_run(b: Batch, item: Loaded, now_ms: int) -> None:
     for task_id, (generation, attempt, queue) in (item.open_attempts or {}).items():
         reason = f"instance {meta.instance_id} was reset"
         cancels.send_activity_cancel(
-            b, meta.instance_id, generation, task_id, attempt, queue, reason
+            b, meta.instance_id, generation, task_id, attempt, queue, reason, run_id=meta.run_id
         )
     item.open_attempts = None
     children = [(c.instance_id, c.parent_close_policy) for c in meta.children]
@@ -447,13 +456,14 @@ def _open(
     if started is None:  # begun again from the first turn: its start is in the inbox
         started = next(b for b in plan.inbox if isinstance(b, ExecutionStarted))
     meta.generation = generation
-    meta.generation_start = meta.next_sequence
+    meta.generation_start, meta.history_bytes = meta.next_sequence, 0
     meta.status = execution.status if execution.started is not None else RuntimeStatus.RUNNING
     meta.name, meta.version, meta.input = started.name, started.version, started.input
     meta.parent_instance_id = started.parent_instance_id
     meta.parent_generation = started.parent_generation
     meta.parent_task_id = started.parent_task_id
     meta.tags, meta.request_id = dict(started.tags), started.request_id
+    meta.run_id, meta.parent_run_id = started.run_id, started.parent_run_id
     meta.output = meta.failure = meta.custom_status = None
     meta.parked = meta.scheduled_start = None
     meta.unserved = ""

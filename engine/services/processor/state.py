@@ -22,7 +22,8 @@ from engine.core.history import (
     RuntimeStatus,
 )
 from engine.core.instance_row import InstanceRow
-from engine.core.limits import Limits
+from engine.core.limits import HistoryLimits, Limits
+from engine.runtime.continuation import Continuation
 from engine.runtime.executor import WorkflowExecution
 from engine.runtime.interrupt import DEFAULT_MAX_TURN_EVENTS
 from engine.runtime.registry import Registry
@@ -190,6 +191,11 @@ class Loaded:
     inbox: list[Inbound] = field(default_factory=list)
     #: A parked instance's retry runs in this batch (set by ``parking``, never stored).
     retrying: bool = False
+    #: Its wake-up timer fired: it takes a turn even with no new event (``backlog``).
+    wake: bool = False
+    #: The generation the running turn begins after a continue-as-new (read before the
+    #: step, never stored): a failure recorded in place of the turn begins it too.
+    continuing: Continuation | None = None
     #: Trace contexts (trace id, span id) of the records that fed the coming turn, with
     #: tracing on: its span links to them (``spans``; never stored).
     trace_links: list[tuple[str, str]] = field(default_factory=list)
@@ -274,3 +280,7 @@ class Environment:
     tracing: TraceHook = field(default_factory=NoTracing)
     #: The user topics workflows may publish to (``ctx.publish``; setting publish_topics).
     publish_topics: frozenset[str] = frozenset()
+    #: Events an instance's backlog holds at most (setting backlog_events_max).
+    backlog_events_max: int = 10_000
+    #: How large one generation's history may grow (settings history_*).
+    history_limits: HistoryLimits = field(default_factory=HistoryLimits)

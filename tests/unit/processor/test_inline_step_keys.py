@@ -56,12 +56,15 @@ def test_a_redone_turn_runs_its_step_again_with_the_same_key() -> None:
     pp = PartitionProcessor(0, MemoryPartitionStore(), environment)
     start = _record(0, StartWorkflow("a", name="two-steps", input=to_payload(None)))
     pp.accept(start, 1000)
-    assert _recorded_steps(pp, 1000) == ["a/0/0"]
+    (key,) = _recorded_steps(pp, 1000)
     pp.rolled_back()  # the transaction aborted: nothing was recorded
     pp.accept(start, 1000)
-    assert _recorded_steps(pp, 1000) == ["a/0/0"]  # recorded once, in the committed turn
+    assert _recorded_steps(pp, 1000) == [key]  # recorded once, in the committed turn
     pp.committed({})
-    assert calls == [("first", "a/0/0"), ("first", "a/0/0")]  # but run twice, same key
+    row = pp.tables.load_meta("a")
+    assert row is not None and row.run_id  # the redone start made the same run id
+    assert key == f"a/{row.run_id}/0/0"
+    assert calls == [("first", key), ("first", key)]  # but run twice, same key
 
     go = _record(1, RaiseEvent("a", "go"))
     pp.accept(go, 2000)
@@ -69,7 +72,7 @@ def test_a_redone_turn_runs_its_step_again_with_the_same_key() -> None:
     pp.rolled_back()  # a later turn of a cold-rebuilt instance: the first step is replayed
     pp.accept(go, 2000)
     assert _recorded_steps(pp, 2000) == [second]
-    assert second != "a/0/0" and second.startswith("a/0/")
+    assert second != key and second.startswith(f"a/{row.run_id}/0/")
     assert calls[2:] == [("second", second), ("second", second)]
 
 
@@ -82,7 +85,8 @@ def test_each_run_of_an_instance_gives_its_steps_other_keys() -> None:
         env.start("two-steps", None, instance_id="b")  # a new run: the next generation
         env.raise_event("b", "go")
         again = env.wait_for_completion("b").output
-    assert first == ["b/0/0", "b/0/1"]
+    run = first[0].split("/")[1]
+    assert first == [f"b/{run}/0/0", f"b/{run}/0/1"]
     assert len(set(first) | set(again)) == 4
 
 

@@ -125,7 +125,9 @@ def test_activity_result_is_applied_once(env: TestEngine) -> None:
     env.start("remote", 5, instance_id="r")
     assert env.wait_for_completion("r").output == 10
     (task,) = [decode_message(r.value) for r in env.records("activity-tasks") if r.value]
-    assert isinstance(task, ActivityTask) and task.idempotency_key == "r/0/0"
+    state = env.get("r")
+    assert state is not None and state.run_id
+    assert isinstance(task, ActivityTask) and task.idempotency_key == f"r/{state.run_id}/0/0"
     again = ActivityResult("r", generation=0, task_id=0, attempt=1, output=to_payload(99))
     rejected = pp_of(env).counters.rejected
     env.produce(env.topics.activity_results, b"r", encode_message(again))

@@ -81,6 +81,8 @@ class Sim:
         self.activities: list[tuple[str, act.ScheduleActivity]] = []
         self.timers: dict[tuple[str, int, int], int] = {}
         self.held: list[tuple[str, act.ScheduleActivity]] = []
+        #: Instances whose next generation waits for a turn (the processor's wake-up).
+        self.wakes: deque[str] = deque()
 
     # --- driving ------------------------------------------------------------------------------
 
@@ -99,7 +101,9 @@ class Sim:
     def run(self, *, max_rounds: int = 1_000_000, timers: bool = True) -> None:
         """Process until nothing is left (or only held activities / timers when disabled)."""
         for _ in range(max_rounds):
-            if self.queue:
+            if self.wakes:
+                self._turn(self.wakes.popleft())
+            elif self.queue:
                 self._turn()
             elif self.activities:
                 index = self.rng.randrange(len(self.activities)) if self.rng else 0
@@ -158,8 +162,10 @@ class Sim:
             self.instances[instance_id] = Instance(self._new_execution(instance_id))
         return self.instances[instance_id]
 
-    def _turn(self) -> None:
-        instance_id = self.queue[0][0]
+    def _turn(self, woken: str | None = None) -> None:
+        """One turn of the first queued instance (of ``woken``: its wake-up after a
+        continue-as-new, which also takes what is queued for it)."""
+        instance_id = woken if woken is not None else self.queue[0][0]
         limit = self.max_batch
         if limit is not None and self.rng is not None:
             limit = self.rng.randint(1, limit)
@@ -171,6 +177,8 @@ class Sim:
             else:
                 rest.append((target, inbound))
         self.queue = rest
+        if instance_id in self.wakes:
+            self.wakes.remove(instance_id)  # this turn begins its next generation
         instance = self._create(instance_id)
         if self.cold and instance.history:
             instance.execution = self._new_execution(instance_id)
@@ -251,6 +259,13 @@ class Sim:
         for child in action.instance_ids:
             self.send(child, ExecutionTerminated(action.reason, recursive=True))
 
+    def _continue_as_new(self, instance_id: str, action: act.ContinueAsNew) -> None:
+        """The next generation begins in a turn of its own; events it is not given at its
+        start come back to it later (the processor's backlog, simplified)."""
+        self.wakes.append(instance_id)
+        for name, payload in action.overflow:
+            self.send(instance_id, EventRaised(name, payload))
+
 
 _ROUTES: dict[type[act.Action], Callable[[Sim, str, Any], None]] = {
     act.ScheduleActivity: Sim._schedule,
@@ -260,6 +275,7 @@ _ROUTES: dict[type[act.Action], Callable[[Sim, str, Any], None]] = {
     act.SendEvent: Sim._send_event,
     act.CompleteExecution: Sim._complete,
     act.TerminateChildren: Sim._terminate_children,
+    act.ContinueAsNew: Sim._continue_as_new,
 }
 
 

@@ -19,7 +19,10 @@ from runtime_harness import strip_stacks
 from runtime_patterns import PATTERN_RUNS, patterns
 
 from engine.core.history import (
+    ContinuedAsNew,
+    EventRaised,
     ExecutionCompleted,
+    ExecutionStarted,
     HistoryEvent,
     Inbound,
     RuntimeStatus,
@@ -43,10 +46,16 @@ def _turns(history: list[HistoryEvent]) -> list[tuple[int, int]]:
     return list(zip(starts, [*starts[1:], len(history)], strict=True))
 
 
-def _inbound(events: list[HistoryEvent]) -> list[Inbound]:
-    """The events a turn accepted: those after TurnStarted, up to its first decision."""
+def _inbound(events: list[HistoryEvent], continued: bool) -> list[Inbound]:
+    """The events a turn accepted: those after TurnStarted, up to its first decision. The
+    turn after a continue-as-new begins the next generation by itself: its start and the
+    events carried into it (right after the start) are the runtime's, not offered."""
     out = []
-    for event in events[1:]:
+    body = events[1].body if len(events) > 1 else None
+    skip = 2 if continued and type(body) is ExecutionStarted else 1
+    while continued and skip < len(events) and type(events[skip].body) is EventRaised:
+        skip += 1
+    for event in events[skip:]:
         if type(event.body) not in INBOUND:
             break
         out.append(Inbound(event.body, event.generation))
@@ -66,7 +75,7 @@ def test_every_turn_decides_what_was_recorded(path: Path) -> None:
             result = execute(
                 patterns,
                 history[:start],
-                _inbound(events),
+                _inbound(events, start > 0 and type(history[start - 1].body) is ContinuedAsNew),
                 events[0].body.time_ms,  # type: ignore[attr-defined]
                 instance_id=instance_id,
             )
@@ -110,3 +119,28 @@ def test_golden_statuses_cover_success_and_failure() -> None:
         for raw in _load(path)["instances"].values():
             statuses.add(history_from_json(raw)[-1].body.status)  # type: ignore[attr-defined]
     assert statuses == {RuntimeStatus.COMPLETED, RuntimeStatus.FAILED}
+
+
+LEGACY = GOLDEN / "legacy" / "monitor_continue_in_one_turn.json"
+
+
+def test_a_history_whose_continue_as_new_began_the_next_generation_in_its_turn_replays() -> None:
+    """Before continue-as-new ended its turn, the next generation's ExecutionStarted (and
+    its first decisions) followed ContinuedAsNew in the same turn. Such histories replay
+    as they are, each generation alone and the whole, and pass the replay check."""
+    from engine.services.audit.replay import OK, ReplayChecker
+
+    history = history_from_json(_load(LEGACY)["instances"]["wf-1"])
+    kinds = [type(e.body).__name__ for e in history]
+    continued = kinds.index("ContinuedAsNew")
+    assert kinds[continued + 1] == "ExecutionStarted"  # the old shape, in one turn
+    execution = WorkflowExecution(patterns, "wf-1")
+    execution.replay(history)
+    end = history[-1].body
+    assert isinstance(end, ExecutionCompleted) and execution.status is end.status
+    assert execution.next_sequence == history[-1].sequence + 1
+    checker = ReplayChecker(patterns)
+    checker.feed_all(history)
+    report = checker.finish()
+    assert [r.outcome for r in report.results] == [OK]
+    assert report.generations == kinds.count("ExecutionStarted")

@@ -25,7 +25,7 @@ from engine.core.history import (
     TaskScheduled,
     TimerFired,
 )
-from engine.core.payloads import to_payload
+from engine.core.payloads import from_payload, to_payload
 from engine.runtime import (
     CancelTimer,
     CompleteExecution,
@@ -34,6 +34,7 @@ from engine.runtime import (
     WorkflowExecution,
     execute,
 )
+from engine.runtime.continuation import EVENT_WINDOW
 
 reg = Registry()
 
@@ -211,7 +212,7 @@ async def looper(ctx: WorkflowContext, count: int) -> Any:
     ctx.continue_as_new(count + 1)
 
 
-def test_continue_as_new_starts_the_next_generation_in_the_same_turn() -> None:
+def test_continue_as_new_ends_the_turn_and_the_next_turn_begins_the_next_generation() -> None:
     execution = _start("looper", 0)
     event = Inbound(EventRaised("carried", to_payload("kept")))
     result = execution.step([Inbound(TaskCompleted(0, to_payload(0)), 0), event], 10)
@@ -221,26 +222,34 @@ def test_continue_as_new_starts_the_next_generation_in_the_same_turn() -> None:
         "EventRaised",
         "TimerCreated",
         "ContinuedAsNew",
+    ]
+    assert result.new_events[4].body == ContinuedAsNew(to_payload(1), 1)
+    assert ContinueAsNew(to_payload(1), 1, generation=0) in result.actions
+    assert CancelTimer(1, 10 + 3_600_000, generation=0) in result.actions
+    # between the two turns the instance waits to begin generation 1
+    assert execution.status is RuntimeStatus.CONTINUED_AS_NEW and execution.generation == 0
+    assert execution.unconsumed_by_name() == {"carried": 1}
+    stale = execution.step([Inbound(TimerFired(1, 0), 0)], 11)  # e.g. the wake-up's turn
+    assert _kinds(stale) == [
+        "TurnStarted",
         "ExecutionStarted",
         "EventRaised",  # carried over: nobody consumed it in generation 0
         "TaskScheduled",
     ]
-    assert [e.generation for e in result.new_events] == [0, 0, 0, 0, 0, 1, 1, 1]
-    assert result.new_events[4].body == ContinuedAsNew(to_payload(1), 1)
-    assert result.new_events[7].body == TaskScheduled(0, "echo", to_payload(1))  # ids restart
-    assert ContinueAsNew(to_payload(1), 1, generation=0) in result.actions
-    assert CancelTimer(1, 10 + 3_600_000, generation=0) in result.actions
-    assert execution.generation == 1 and execution.status is RuntimeStatus.RUNNING
-    assert execution.history[0].body == ExecutionStarted("looper", to_payload(1))
-    assert execution.history[0].sequence == 8
-    stale = execution.step([Inbound(TimerFired(1, 0), 0)], 11)
+    assert [e.generation for e in stale.new_events] == [1, 1, 1, 1]
+    assert stale.new_events[3].body == TaskScheduled(0, "echo", to_payload(1))  # ids restart
     assert stale.rejected[0].reason == (
         "the event is for generation 0, but the instance is in generation 1"
     )
-    full = list(_history_of(execution, result))
+    assert execution.generation == 1 and execution.status is RuntimeStatus.RUNNING
+    assert execution.history[0].body == ExecutionStarted("looper", to_payload(1))
+    assert execution.history[0].sequence == 9  # after the turn start at 8
+    full = [*_history_of(execution, result), *stale.new_events]
     for count in (1, 2):
         step = execution.step([Inbound(TaskCompleted(0, to_payload(count)), count)], 20 + count)
         full.extend(step.new_events)
+        assert _kinds(step)[-1] == "ContinuedAsNew"
+        full.extend(execution.step([], 30 + count).new_events)  # the next generation begins
     assert execution.output == to_payload([3, "kept", 3])
     from_full = WorkflowExecution(reg, "wf")
     from_full.replay(full)  # a whole multi-generation history: replays the last generation
@@ -255,17 +264,18 @@ def _history_of(execution: WorkflowExecution, last: Any) -> list[Any]:
     return [*started.new_events, *last.new_events]
 
 
-def test_replaying_one_old_generation_alone_ends_continued_as_new() -> None:
+def test_a_replayed_generation_that_continued_as_new_begins_the_next_one_on_its_next_turn() -> None:
     execution = _start("looper", 0)
     result = execution.step([Inbound(TaskCompleted(0, to_payload(0)), 0)], 10)
-    old_generation = [*_history_of(execution, result)][:7]
+    old_generation = [*_history_of(execution, result)]
     assert type(old_generation[-1].body) is ContinuedAsNew
     replayed = WorkflowExecution(reg, "wf")
     replayed.replay(old_generation)
     assert replayed.status is RuntimeStatus.CONTINUED_AS_NEW
-    assert replayed.step([Inbound(EventRaised("x"))], 0).rejected[0].reason == (
-        "the instance has ended (CONTINUED_AS_NEW)"
-    )
+    live = execution.step([Inbound(EventRaised("x"))], 20)
+    cold = replayed.step([Inbound(EventRaised("x"))], 20)
+    assert cold.new_events == live.new_events  # the same next generation, hot or cold
+    assert _kinds(cold)[:3] == ["TurnStarted", "ExecutionStarted", "EventRaised"]
 
 
 @reg.workflow
@@ -273,12 +283,42 @@ async def endless(ctx: WorkflowContext, count: int) -> None:
     ctx.continue_as_new(count + 1)
 
 
-def test_a_continue_as_new_loop_without_waiting_fails() -> None:
+def test_a_continue_as_new_loop_without_waiting_runs_one_generation_per_turn() -> None:
+    """Each turn runs one generation's code, so the turn's budget counts one generation
+    (a loop that never waits takes a turn per generation instead of failing at once)."""
     execution = _start("endless", 0)
-    assert execution.status is RuntimeStatus.FAILED
-    assert execution.failure is not None
-    assert execution.failure.type == "StepBudgetExceededError"
-    assert "continued as new 1000 times" in execution.failure.message
+    assert execution.status is RuntimeStatus.CONTINUED_AS_NEW and execution.generation == 0
+    for generation in range(1, 5):
+        result = execution.step([], START_MS + generation)
+        assert _kinds(result) == ["TurnStarted", "ExecutionStarted", "ContinuedAsNew"]
+        assert [e.generation for e in result.new_events] == [generation] * 3
+    assert execution.status is RuntimeStatus.CONTINUED_AS_NEW
+
+
+@reg.workflow
+async def many_events(ctx: WorkflowContext, read: int) -> int:
+    for _ in range(read):
+        await ctx.wait_for_event("e")
+    ctx.continue_as_new(read)
+
+
+def test_a_continue_as_new_carries_a_window_of_each_name_and_hands_the_rest_over() -> None:
+    execution = _start("many_events", 2)
+    events = [Inbound(EventRaised("e", to_payload(i))) for i in range(EVENT_WINDOW + 10)]
+    events += [Inbound(EventRaised("f", to_payload(i))) for i in range(3)]
+    result = execution.step(events, 10)
+    (continued,) = [a for a in result.actions if isinstance(a, ContinueAsNew)]
+    # read: e0, e1; carried: the next EVENT_WINDOW "e" and every "f"; the rest go over
+    assert [from_payload(p) for _, p in continued.overflow] == list(
+        range(2 + EVENT_WINDOW, EVENT_WINDOW + 10)
+    )
+    assert execution.unconsumed_by_name() == {"e": EVENT_WINDOW, "f": 3}
+    begun = execution.step([], 11)
+    carried = [e.body for e in begun.new_events if isinstance(e.body, EventRaised)]
+    assert [(b.name, from_payload(b.input)) for b in carried] == [
+        *[("e", i) for i in range(2, 2 + EVENT_WINDOW)],
+        *[("f", i) for i in range(3)],
+    ]
 
 
 # --- the step budget --------------------------------------------------------------------------
