@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import io
 import json
+import time
 import tomllib
 import uuid
 from collections.abc import Iterator
@@ -181,6 +182,7 @@ def test_config_drift_is_fixed_only_when_asked(kafka_bootstrap: str, namespace: 
     )
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(timeout=TIMEOUT)
+    _await_config(admin, f"{namespace}.commands", "retention.ms", "1000")
 
     code, report = _topics_cli("check", *flags)
     assert code == 1
@@ -191,6 +193,19 @@ def test_config_drift_is_fixed_only_when_asked(kafka_bootstrap: str, namespace: 
     code, report = _topics_cli("apply", *flags, "--fix-config")
     assert code == 0 and [d["key"] for d in report["altered"]] == ["retention.ms"]
     assert _topics_cli("check", *flags)[0] == 0
+
+
+def _await_config(admin: AdminClient, topic: str, key: str, value: str) -> None:
+    """Wait until the broker describes the topic's config as altered: the controller
+    accepts the change before every broker serves it in its answers."""
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        (future,) = admin.describe_configs([resource]).values()
+        if future.result(timeout=TIMEOUT)[key].value == value:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"{topic} did not show {key}={value} within {TIMEOUT}s")
 
 
 def _max_message_bytes(admin: AdminClient, topics: list[str]) -> set[str]:
