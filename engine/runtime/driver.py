@@ -34,6 +34,7 @@ driver lets through instead of failing the thread with it).
 from __future__ import annotations
 
 import contextlib
+from collections import deque
 from collections.abc import Coroutine, Generator, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -61,7 +62,7 @@ class FiberHost(ReadyQueue, Protocol):
     def conditions(self) -> Sequence[object]: ...
 
     @property
-    def orphaned(self) -> list[Fiber[Any]]: ...
+    def orphaned(self) -> deque[Fiber[Any]]: ...
 
     def check_conditions(self) -> None: ...
 

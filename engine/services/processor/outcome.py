@@ -333,9 +333,9 @@ def _schedule_activity(b: Batch, item: Loaded, a: act.ScheduleActivity, now_ms: 
 def _cancel_activity(b: Batch, item: Loaded, a: act.CancelActivity, now_ms: int) -> None:
     """The workflow stopped waiting for a running attempt (``ActivityCancelRequested`` is
     already in the turn's history, and the attempt's late result will be rejected as
-    stale). The worker is told by :func:`cancels.after_turn`, which sees after this turn
-    that the attempt is no longer waited for, like every other abandoned attempt; this
-    handler says so in the log."""
+    stale). The worker is told by :func:`cancels.after_turn`, from the ``AbandonAttempt``
+    the runtime reports with it, like every other abandoned attempt; this handler says so
+    in the log."""
     log.info(
         "%s: activity %s (task %d, attempt %d, idempotency key %s) cancelled: its worker "
         "is told, a late result will be dropped",
@@ -345,6 +345,12 @@ def _cancel_activity(b: Batch, item: Loaded, a: act.CancelActivity, now_ms: int)
         a.attempt,
         a.idempotency_key,
     )
+
+
+def _abandon_attempt(b: Batch, item: Loaded, a: act.AbandonAttempt, now_ms: int) -> None:
+    """The workflow stopped waiting for a running attempt: :func:`cancels.after_turn`
+    tells its worker, after every other record of the turn (it knows the turn's inbox, and
+    an attempt whose own result is in it needs no cancel)."""
 
 
 def _start_child(b: Batch, item: Loaded, a: act.StartChild, now_ms: int) -> None:
@@ -418,9 +424,8 @@ def notify_parent(
 def _terminate_children(b: Batch, item: Loaded, a: act.TerminateChildren, now_ms: int) -> None:
     children = list(a.instance_ids)
     if a.every_generation:  # also the children that earlier generations left running
-        children += [
-            c.instance_id for c in item.meta.children if c.instance_id not in a.instance_ids
-        ]
+        named = set(a.instance_ids)
+        children += [c.instance_id for c in item.meta.children if c.instance_id not in named]
     for child in children:
         message = TerminateWorkflow(instance_id=child, reason=a.reason, recursive=a.recursive)
         b.send(b.env.topics.instance_messages, message)
@@ -449,6 +454,7 @@ ACTION_HANDLERS: dict[type, ActionHandler] = {
     act.TerminateChildren: _terminate_children,
     act.CancelChildren: _cancel_children,
     act.CancelActivity: _cancel_activity,
+    act.AbandonAttempt: _abandon_attempt,
     act.RunInlineStep: _nothing_to_send,
     act.SetCustomStatus: _nothing_to_send,
     act.PublishRecord: publish_record,
