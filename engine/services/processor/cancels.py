@@ -89,10 +89,9 @@ def after_turn(b: Batch, item: Loaded, inbox: list[Inbound], result: TurnResult)
         if type(i.body) is TaskCompleted or type(i.body) is TaskFailed
     }
     for action in result.actions:
-        kind = type(action)
-        if kind is act.ScheduleActivity:
+        if type(action) is act.ScheduleActivity:
             open_[action.task_id] = (action.generation, action.attempt, action.task_queue)
-        elif kind is act.AbandonAttempt:
+        elif type(action) is act.AbandonAttempt:
             _forget(open_, action.generation, action.task_id, action.attempt)
             if not _reported(reported, action):
                 _tell_worker(b, item, action)

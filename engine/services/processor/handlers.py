@@ -57,6 +57,7 @@ from engine.core.schedules import SCHEDULE_PREFIX
 from engine.core.tags import checked_tags
 from engine.runtime.executor import WorkflowExecution
 from engine.services.processor import (
+    children,
     keys,
     parking,
     pending,
@@ -378,9 +379,7 @@ def on_child_result(b: Batch, msg: ChildResult, now_ms: int) -> None:
         schedules.on_run_ended(b, msg, now_ms)  # a run a schedule started has ended
         return
     parent = b.load(msg.instance_id).meta
-    running = [c for c in parent.children if c.instance_id != msg.child_instance_id]
-    if len(running) != len(parent.children):  # it no longer runs, whatever its parent does
-        parent.children = running
+    if children.note_ended(b.tables, parent, msg.child_instance_id):
         b.save(parent)
     body: Any
     if msg.status is RuntimeStatus.COMPLETED:
@@ -467,12 +466,13 @@ def on_purge(b: Batch, msg: PurgeWorkflow, now_ms: int) -> Verdict:
 
 
 def purge_row(b: Batch, item: Loaded) -> None:
-    """Remove an ended instance: its row, history rows, timers and status (a purge, or
-    its retention time passed)."""
+    """Remove an ended instance: its row, history rows, timers, running-children rows
+    and status (a purge, or its retention time passed)."""
     meta = item.meta
     _drop_history(b, meta)
     for timer in b.tables.timers_of(meta.instance_id):
         b.tables.delete_timer(timer)
+    children.forget_all(b.tables, meta)
     b.remove(meta)
     item.meta = InstanceRow(meta.instance_id)
     item.execution = None

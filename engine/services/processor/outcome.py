@@ -47,7 +47,7 @@ from engine.core.messages import (
 from engine.runtime import actions as act
 from engine.runtime.actions import TurnResult
 from engine.runtime.interrupt import TurnEventsExceeded
-from engine.services.processor import cancels, keys, parking, pending, spans
+from engine.services.processor import cancels, children, keys, parking, pending, spans
 from engine.services.processor.batch import Batch
 from engine.services.processor.poison import BOUND_ERRORS, TINY, check_turn, fitting
 from engine.services.processor.publish import publish_record
@@ -278,16 +278,16 @@ def fail_turn(
 
 def _close_children(b: Batch, item: Loaded, now_ms: int) -> None:
     """The processor failed the instance in place of its turn: the current generation's
-    running children get their parent-close policies from the row, as the runtime's own
-    end would give them."""
+    running children get their parent-close policies from its running-children rows, as
+    the runtime's own end would give them."""
     meta = item.meta
-    children = [
+    kids = [
         (c.instance_id, c.parent_close_policy)
-        for c in meta.children
+        for c in children.running(b.tables, meta)
         if c.generation == meta.generation
     ]
     reason = f"parent {meta.instance_id} ended FAILED"
-    for action in act.close_children(children, reason, meta.generation):
+    for action in act.close_children(kids, reason, meta.generation):
         ACTION_HANDLERS[type(action)](b, item, action, now_ms)
 
 
@@ -363,8 +363,8 @@ def start_child(b: Batch, item: Loaded, a: act.StartChild, reuse_policy: IdReuse
     waits for again with ``TERMINATE_IF_RUNNING``, replacing the old run's."""
     meta = item.meta
     parent = meta.instance_id
-    meta.children = [c for c in meta.children if c.instance_id != a.instance_id]
-    meta.children.append(RunningChild(a.instance_id, a.generation, a.parent_close_policy))
+    child = RunningChild(a.instance_id, a.generation, a.parent_close_policy)
+    children.note_started(b.tables, meta, child)
     start = StartWorkflow(
         instance_id=a.instance_id,
         name=a.name,
@@ -422,11 +422,12 @@ def notify_parent(
 
 
 def _terminate_children(b: Batch, item: Loaded, a: act.TerminateChildren, now_ms: int) -> None:
-    children = list(a.instance_ids)
+    ids = list(a.instance_ids)
     if a.every_generation:  # also the children that earlier generations left running
         named = set(a.instance_ids)
-        children += [c.instance_id for c in item.meta.children if c.instance_id not in named]
-    for child in children:
+        running = children.running(b.tables, item.meta)
+        ids += [c.instance_id for c in running if c.instance_id not in named]
+    for child in ids:
         message = TerminateWorkflow(instance_id=child, reason=a.reason, recursive=a.recursive)
         b.send(b.env.topics.instance_messages, message)
 

@@ -52,7 +52,7 @@ from engine.core.messages import (
 from engine.runtime import actions as act
 from engine.runtime.executor import WorkflowExecution
 from engine.runtime.reset import ResetPlan, marked, plan_reset, resolve_point
-from engine.services.processor import cancels, keys
+from engine.services.processor import cancels, children, keys
 from engine.services.processor.batch import Batch
 from engine.services.processor.command_outcomes import (
     Verdict,
@@ -295,12 +295,10 @@ def _end_old_run(b: Batch, item: Loaded, now_ms: int) -> None:
             b, meta.instance_id, generation, task_id, attempt, queue, reason
         )
     item.open_attempts = None
-    children = [(c.instance_id, c.parent_close_policy) for c in meta.children]
-    for action in act.close_children(
-        children, f"parent {meta.instance_id} was reset", meta.generation
-    ):
+    kids = [(c.instance_id, c.parent_close_policy) for c in children.running(b.tables, meta)]
+    for action in act.close_children(kids, f"parent {meta.instance_id} was reset", meta.generation):
         ACTION_HANDLERS[type(action)](b, item, action, now_ms)
-    meta.children = []
+    children.forget_all(b.tables, meta)
     b.tables.delete_history(meta.instance_id, meta.generation_start, meta.next_sequence)
 
 
