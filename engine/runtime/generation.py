@@ -110,7 +110,8 @@ class Generation:
         self.number = number
         self.started = started
         self.ready: deque[Callable[[], object]] = deque()
-        self.fibers: list[Fiber[Any]] = []
+        #: The fibers that have not finished (a finished one leaves at once).
+        self.fibers: dict[Fiber[Any], None] = {}
         #: Spawned fibers that failed while nothing awaited them (checked after each run).
         self.orphaned: deque[Fiber[Any]] = deque()
         self.tasks: dict[int, Task[Any]] = {}
@@ -182,9 +183,6 @@ class Generation:
         if self.closing:
             coro.close()
             raise cancelled_error("the workflow generation has ended")
-        fibers = self.fibers
-        if len(fibers) >= 1024 and len(fibers) % 1024 == 0:
-            fibers[:] = [t for t in fibers if not t.done()]
         return Fiber(self, coro)
 
     def unawaited_failure(self) -> BaseException | None:
