@@ -307,6 +307,16 @@ class ActivityResult(Message):
     unserved: str = ""
     #: A failed attempt's last heartbeat details (for the next attempt).
     details: Payload | None = None
+    #: Set instead of an outcome by a worker that read a *requeued* copy of the task (one
+    #: that went back to its queue unserved): the partition of the queue's topic the copy
+    #: is on, so that a cancellation of the attempt is sent there (-1: not a requeued
+    #: copy). Sent after the copy was read, so a cancellation sent on it comes after it.
+    requeued_to: int = -1
+    #: How often that copy went back to its queue (the ``turnstile-requeues`` header): the
+    #: latest of the copies' notes names where the attempt is now.
+    requeues: int = 0
+    #: The task queue of that copy (where its cancellation goes).
+    task_queue: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,10 +14,20 @@ open: a fan-out of 100,000 activities costs each of its turns what one result co
 A cold instance is replayed before its turn and its turn runs live, so a termination of an
 instance evicted from the cache still reports (and cancels) every running attempt.
 
+**Requeued tasks.** A task whose worker lacks the activity goes back to its queue one
+partition further on, so the key's partition is not where it is any more. Every worker
+that reads such a copy sends a note saying where it is (:func:`note_requeued`), after it
+read it. For an attempt the instance still waits for, the processor keeps that location
+(``processor.requeued``) and the attempt's cancellation goes there; for one it no longer
+waits for, the cancellation is sent there at once. Either way it is produced after the note
+arrived, so after the copy, on the copy's partition: that partition's owner sees the copy
+and then the cancellation. A copy that moves on is noted again from its next partition and
+answered the same way, so a cancellation follows a copy however far it goes.
+
 The processor also keeps the open attempts of a hot instance in memory
 (``Loaded.open_attempts``, never stored; a cold instance's are read from its replayed
-execution before its turn), updated from the same actions and results, for a reset, which
-cancels every attempt of the run it ends.
+execution before its turn), updated from the same actions and results: a reset cancels
+them, and a note about a requeued copy is checked against them.
 
 :func:`send_activity_cancel` is the one place that makes the record, for any other code
 that decides to cancel an attempt.
@@ -26,15 +36,22 @@ that decides to cancel an attempt.
 from __future__ import annotations
 
 from engine.core.history import Inbound, RuntimeStatus, TaskCompleted, TaskFailed
-from engine.core.messages import ActivityCancel
+from engine.core.messages import ActivityCancel, ActivityResult
 from engine.runtime import actions as act
 from engine.runtime.actions import TurnResult
 from engine.runtime.durable import RUNNING, ActivityCall
 from engine.runtime.executor import WorkflowExecution
+from engine.services.processor import requeued
 from engine.services.processor.batch import Batch
 from engine.services.processor.state import Loaded, OpenAttempt
 
-__all__ = ["after_turn", "before_turn", "send_activity_cancel"]
+__all__ = [
+    "after_turn",
+    "before_turn",
+    "check_requeued",
+    "note_requeued",
+    "send_activity_cancel",
+]
 
 _WAITING = (RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED)
 
@@ -49,9 +66,23 @@ def send_activity_cancel(
     reason: str,
 ) -> None:
     """Ask the worker running this attempt to stop it (idempotent: a worker that no longer
-    runs it ignores the request)."""
-    cancel = ActivityCancel(instance_id, generation, task_id, attempt, reason)
-    b.send(b.env.topics.task_queue(task_queue), cancel)
+    runs it ignores the request): where its task is, the key's partition or, for a task
+    that went back to its queue unserved, the partition its copy was last seen on."""
+    call = (generation, task_id, attempt)
+    partition = requeued.take(b.tables, instance_id, call)
+    _send(b, instance_id, call, task_queue, reason, partition)
+
+
+def _send(
+    b: Batch,
+    instance_id: str,
+    call: tuple[int, int, int],
+    task_queue: str,
+    reason: str,
+    partition: int | None,
+) -> None:
+    cancel = ActivityCancel(instance_id, *call, reason)
+    b.send(b.env.topics.task_queue(task_queue), cancel, partition)
 
 
 def _waiting(execution: WorkflowExecution | None) -> dict[int, OpenAttempt]:
@@ -68,11 +99,13 @@ def _waiting(execution: WorkflowExecution | None) -> dict[int, OpenAttempt]:
     }
 
 
-def before_turn(item: Loaded, execution: WorkflowExecution) -> None:
+def before_turn(b: Batch, item: Loaded, execution: WorkflowExecution) -> None:
     """Before a turn of an instance whose open attempts are not known (it was cold): read
-    them from its (replayed) execution."""
+    them from its (replayed) execution, and check the requeued copies noted meanwhile."""
     if item.open_attempts is None:
         item.open_attempts = _waiting(execution)
+    if item.requeue_checks:
+        check_requeued(b, item)
 
 
 def after_turn(b: Batch, item: Loaded, inbox: list[Inbound], result: TurnResult) -> None:
@@ -88,21 +121,20 @@ def after_turn(b: Batch, item: Loaded, inbox: list[Inbound], result: TurnResult)
         for i in inbox
         if type(i.body) is TaskCompleted or type(i.body) is TaskFailed
     }
+    instance_id = item.meta.instance_id
     for action in result.actions:
         if type(action) is act.ScheduleActivity:
             open_[action.task_id] = (action.generation, action.attempt, action.task_queue)
         elif type(action) is act.AbandonAttempt:
-            _forget(open_, action.generation, action.task_id, action.attempt)
-            if not _reported(reported, action):
-                _tell_worker(b, item, action)
-    for generation, task_id, attempt in reported:  # the result was taken: settled
-        _forget(open_, generation, task_id, attempt)
+            a = action
+            _forget(open_, a.generation, a.task_id, a.attempt)
+            if not _reported(reported, a):
+                ids = (a.generation, a.task_id, a.attempt)
+                send_activity_cancel(b, instance_id, *ids, a.task_queue, a.reason)
+    for result_of in reported:  # the result was taken: settled
+        _forget(open_, *result_of)
+        requeued.settled(b.tables, instance_id, result_of)
     item.open_attempts = open_
-
-
-def _tell_worker(b: Batch, item: Loaded, a: act.AbandonAttempt) -> None:
-    instance_id = item.meta.instance_id
-    send_activity_cancel(b, instance_id, a.generation, a.task_id, a.attempt, a.task_queue, a.reason)
 
 
 def _reported(reported: set[tuple[int | None, int, int]], a: act.AbandonAttempt) -> bool:
@@ -118,3 +150,50 @@ def _forget(
     known = open_.get(task_id)
     if known is not None and known[1] == attempt and generation in (None, known[0]):
         del open_[task_id]
+
+
+# --- requeued tasks ---------------------------------------------------------------------------
+
+
+def note_requeued(b: Batch, msg: ActivityResult) -> None:
+    """A worker read a requeued copy of an attempt, on partition ``msg.requeued_to``: keep
+    where it is while the instance waits for the attempt, else cancel it there now."""
+    item = b.load(msg.instance_id)
+    meta = item.meta
+    call = (msg.generation, msg.task_id, msg.attempt)
+    if meta.status not in _WAITING or msg.generation != meta.generation:
+        what = "not running" if meta.status is None else meta.status.value
+        reason = f"its workflow instance is {what}"
+        _send(b, msg.instance_id, call, msg.task_queue, reason, msg.requeued_to)
+        return
+    kept = requeued.read(b.tables, msg.instance_id, msg.task_id)
+    if kept is None or kept[:2] != (msg.generation, msg.attempt) or kept[3] < msg.requeues:
+        location = (msg.generation, msg.attempt, msg.requeued_to, msg.requeues, msg.task_queue)
+        requeued.keep(b.tables, msg.instance_id, msg.task_id, location)
+    if item.open_attempts is None:
+        item.requeue_checks.add(msg.task_id)  # cold: checked once it is replayed
+    else:
+        _check(b, item, msg.task_id)
+
+
+def check_requeued(b: Batch, item: Loaded) -> None:
+    """The instance's open attempts are known now: cancel the requeued copies, noted while
+    it was cold, of attempts it no longer waits for."""
+    checks, item.requeue_checks = item.requeue_checks, set()
+    for task_id in sorted(checks):
+        _check(b, item, task_id)
+
+
+def _check(b: Batch, item: Loaded, task_id: int) -> None:
+    instance_id = item.meta.instance_id
+    location = requeued.read(b.tables, instance_id, task_id)
+    open_ = item.open_attempts
+    if location is None or open_ is None:
+        return
+    attempt = open_.get(task_id)
+    if attempt is not None and attempt[:2] == location[:2]:
+        return  # still waited for: its cancellation, if any, goes where the copy is
+    generation, number, partition, _, queue = location
+    requeued.drop(b.tables, instance_id, task_id)
+    reason = "the workflow stopped waiting for this attempt before its requeued task arrived"
+    _send(b, instance_id, (generation, task_id, number), queue, reason, partition)

@@ -57,10 +57,12 @@ from engine.core.schedules import SCHEDULE_PREFIX
 from engine.core.tags import checked_tags
 from engine.runtime.executor import WorkflowExecution
 from engine.services.processor import (
+    cancels,
     children,
     keys,
     parking,
     pending,
+    requeued,
     reset,
     retention,
     schedules,
@@ -336,8 +338,11 @@ def _deliver(b: Batch, msg: Message, inbound: Inbound) -> None:
 
 
 def on_activity_result(b: Batch, msg: ActivityResult, now_ms: int) -> None:
-    if msg.unserved:
-        _note_unserved(b, msg)
+    if msg.unserved or msg.requeued_to >= 0:  # a note, not an outcome
+        if msg.unserved:
+            _note_unserved(b, msg)
+        if msg.requeued_to >= 0:
+            cancels.note_requeued(b, msg)  # where a requeued copy of the task is now
         return
     body: Any
     item = b.load(msg.instance_id)
@@ -473,6 +478,7 @@ def purge_row(b: Batch, item: Loaded) -> None:
     for timer in b.tables.timers_of(meta.instance_id):
         b.tables.delete_timer(timer)
     children.forget_all(b.tables, meta)
+    requeued.forget_all(b.tables, meta.instance_id)
     b.remove(meta)
     item.meta = InstanceRow(meta.instance_id)
     item.execution = None

@@ -13,6 +13,8 @@ that one WriteBatch can change all of them atomically:
 - ``c``: running children, ``c | instance | 0x00 | child instance``, one row per child an
   instance started whose result has not arrived (value: ``processor.children``), so a turn
   of a parent with 100,000 children rewrites none of them;
+- ``r``: requeued activity tasks, ``r | instance | 0x00 | task_id (4 BE)``: where the copy
+  of an attempt that went back to its queue is now (``processor.requeued``);
 - ``o``: bookkeeping (changelog offsets), never written to a changelog.
 
 Instance ids may not contain NUL (checked where they enter the engine), which keeps the
@@ -30,6 +32,7 @@ META = b"m"
 HISTORY = b"h"
 TIMER = b"t"
 CHILD = b"c"
+REQUEUED = b"r"
 BOOKKEEPING = b"o"
 SEP = b"\x00"
 
@@ -94,6 +97,14 @@ def child_prefix(instance_id: str) -> bytes:
 
 def child_key(instance_id: str, child_id: str) -> bytes:
     return child_prefix(instance_id) + child_id.encode()
+
+
+def requeued_prefix(instance_id: str) -> bytes:
+    return REQUEUED + instance_id.encode() + SEP
+
+
+def requeued_key(instance_id: str, task_id: int) -> bytes:
+    return requeued_prefix(instance_id) + struct.pack(">I", task_id)
 
 
 def offset_key(name: str) -> bytes:

@@ -68,6 +68,9 @@ def step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
 
 
 def _step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
+    if item.requeue_checks and not item.inbox and not b.is_quarantined(item.meta.instance_id):
+        _check_requeued(b, item)
+        return
     inbox = parking.take_inbox(b, item)
     if inbox is None:
         return  # parked: the events wait for its retry
@@ -133,21 +136,42 @@ def log_failed(meta: InstanceRow) -> None:
 def _run_turn(b: Batch, item: Loaded, inbox: list[Inbound], now_ms: int) -> TurnResult:
     """Replay (if cold) and step the execution, each under the turn watchdog: a cold
     replay gets a budget that grows with its history (it re-runs every recorded turn)."""
+    _replay_if_cold(b, item)
+    description = f"the turn of {item.meta.instance_id!r}"
+    return b.env.watchdog.run(lambda: _step(b, item, inbox, now_ms), description)
+
+
+def _replay_if_cold(b: Batch, item: Loaded) -> None:
     meta = item.meta
-    watchdog = b.env.watchdog
     if item.execution is None:
         rows = b.tables.history(meta.instance_id, meta.generation_start)
-        watchdog.run(
+        b.env.watchdog.run(
             lambda: b.replay(item, rows),
             f"the replay of {meta.instance_id!r}",
             scale=len(rows) / REPLAY_EVENTS_PER_BUDGET,
         )
-    return watchdog.run(lambda: _step(b, item, inbox, now_ms), f"the turn of {meta.instance_id!r}")
+
+
+def _check_requeued(b: Batch, item: Loaded) -> None:
+    """Notes about requeued copies of its tasks came for a cold instance, and no event:
+    replay it to learn which attempts it still waits for (``cancels.note_requeued``). A
+    parked instance, or one whose history does not replay, keeps the notes for its next
+    turn, which replays it anyway."""
+    if item.meta.parked is not None:
+        return
+    try:
+        _replay_if_cold(b, item)
+    except Exception as exc:
+        item.execution = None
+        log.warning("%s: not replayed to check its requeued tasks: %s", item.meta.instance_id, exc)
+        return
+    assert item.execution is not None
+    cancels.before_turn(b, item, item.execution)
 
 
 def _step(b: Batch, item: Loaded, inbox: list[Inbound], now_ms: int) -> TurnResult:
     execution = b.execution(item)
-    cancels.before_turn(item, execution)
+    cancels.before_turn(b, item, execution)
     try:
         spans.stepping(b, execution.history)
         return execution.step(inbox, now_ms)

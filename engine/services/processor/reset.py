@@ -52,7 +52,7 @@ from engine.core.messages import (
 from engine.runtime import actions as act
 from engine.runtime.executor import WorkflowExecution
 from engine.runtime.reset import ResetPlan, marked, plan_reset, resolve_point
-from engine.services.processor import cancels, children, keys
+from engine.services.processor import cancels, children, keys, requeued
 from engine.services.processor.batch import Batch
 from engine.services.processor.command_outcomes import (
     Verdict,
@@ -286,7 +286,7 @@ def _end_old_run(b: Batch, item: Loaded, now_ms: int) -> None:
     for timer in b.tables.timers_of(meta.instance_id):
         b.tables.delete_timer(timer)
     if item.execution is not None:
-        cancels.before_turn(item, item.execution)
+        cancels.before_turn(b, item, item.execution)
         item.execution.close()
         item.execution = None
     for task_id, (generation, attempt, queue) in (item.open_attempts or {}).items():
@@ -295,6 +295,8 @@ def _end_old_run(b: Batch, item: Loaded, now_ms: int) -> None:
             b, meta.instance_id, generation, task_id, attempt, queue, reason
         )
     item.open_attempts = None
+    requeued.forget_all(b.tables, meta.instance_id)
+    item.requeue_checks = set()
     kids = [(c.instance_id, c.parent_close_policy) for c in children.running(b.tables, meta)]
     for action in act.close_children(kids, f"parent {meta.instance_id} was reset", meta.generation):
         ACTION_HANDLERS[type(action)](b, item, action, now_ms)
