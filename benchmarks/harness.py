@@ -219,16 +219,20 @@ def engine(
     with_worker: bool,
     pin: bool = False,
     worker_concurrency: int | None = None,
+    processor_args: list[str] | None = None,
 ) -> Iterator[Engine]:
     """Fresh namespace and topics, a processor (and a worker) running until the block ends.
 
-    With ``pin`` the processor gets CPU 0 and the worker (and this client) CPU 1.
+    With ``pin`` the processor gets CPU 0 and the worker (and this client) CPU 1;
+    ``processor_args`` are more options of ``run processor`` (``--metrics-port``).
     """
     namespace = fresh_namespace(prefix)
     settings = create_topics(broker.bootstrap, namespace, partitions)
     work_dir = Path(tempfile.mkdtemp(prefix=f"turnstile-bench-{prefix}-"))
     progress(f"namespace {namespace}, {partitions} partitions, files in {work_dir}")
-    processes = [spawn("processor", settings, module, work_dir, cpu=0 if pin else None)]
+    processes = [
+        spawn("processor", settings, module, work_dir, processor_args, cpu=0 if pin else None)
+    ]
     if pin:
         os.sched_setaffinity(0, {1})
     eng = Engine(settings, work_dir, processes, broker.pid)

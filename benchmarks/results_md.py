@@ -23,6 +23,10 @@ HEADERS = {
     "fanout": "| date (UTC) | commit | machine | params | wall s (median) | activities/s "
     "| CPU s: processor / worker / broker / client |\n"
     "|---|---|---|---|---:|---:|---|",
+    "fanout-turns": "| date (UTC) | commit | machine | params | open activities: start / end "
+    "| turns measured: start / end | processor CPU ms per turn: start / end "
+    "| start / end | window wall s: start / end | total wall s |\n"
+    "|---|---|---|---|---|---|---|---:|---|---:|",
     "replay": "| date (UTC) | commit | machine | workload | events | executor only ev/s "
     "| decode only ev/s | decode + executor ev/s |\n"
     "|---|---|---|---|---:|---:|---:|---:|",
@@ -184,6 +188,25 @@ def add_fanout(result: dict[str, Any]) -> None:
         ]
     )
     append_row("fanout", row)
+
+
+def add_fanout_turns(result: dict[str, Any]) -> None:
+    start, end = result["start"], result["end"]
+    row = _row(
+        [
+            _date(result),
+            result["commit"],
+            machine_line(result["host"]),
+            _params(result["params"], ("n", "chunk", "window", "pace_ms", "partitions")),
+            f"{result['open_at_start']} / {result['open_at_end']}",
+            f"{start['turns']} / {end['turns']}",
+            f"{start['processor_cpu_ms_per_turn']} / {end['processor_cpu_ms_per_turn']}",
+            f"{result['start_over_end']}x",
+            f"{start['wall_s']} / {end['wall_s']}",
+            result["wall_s"],
+        ]
+    )
+    append_row("fanout-turns", row)
 
 
 def add_replay(result: dict[str, Any]) -> None:

@@ -52,6 +52,7 @@ from engine.runtime.registry import Registry
 from engine.services.queue_limits import QueueLimits
 from engine.services.tracing import TraceHook
 from engine.services.worker import (
+    REQUEUES_HEADER,
     CommitPolicy,
     FlowAction,
     Outbound,
@@ -79,6 +80,18 @@ _REVOKE_FLUSH_S = 10.0
 _ERROR_LOG_EVERY_S = 30.0
 #: How long closing may take (leaving the group) before the process ends itself.
 CLOSE_S = 60.0
+
+
+def _task_headers(headers: Any, traced: bool) -> tuple[tuple[str, bytes], ...]:
+    """What the worker reads of a task record's headers: how often it went back to its
+    queue unserved (the requeue delay and the note that says where a copy is depend on
+    it) and, with tracing on, its ``traceparent``."""
+    requeues = tuple(
+        (name, value)
+        for name, value in headers or ()
+        if name == REQUEUES_HEADER and isinstance(value, bytes)
+    )
+    return (trace_header(headers) if traced else ()) + requeues
 
 
 def worker_member_id(namespace: str, worker_id: str, task_queue: str = DEFAULT_TASK_QUEUE) -> str:
@@ -285,7 +298,7 @@ class KafkaWorker:
             message.key(),
             message.value(),
             max(int(timestamp), 0),
-            headers=trace_header(message.headers()) if self.worker.tracing.enabled else (),
+            headers=_task_headers(message.headers(), self.worker.tracing.enabled),
         )
 
     def _log_consumer_error(self, error: KafkaError) -> None:

@@ -98,9 +98,9 @@ class InstanceRow:
     #: Recent command request ids, oldest first (bounded by count and age: the settings
     #: ``dedup_window`` and ``dedup_window_ms``).
     seen_requests: list[SeenRequest] = field(default_factory=list)
-    #: Children started by any generation whose result has not arrived (a recursive
-    #: terminate reaches them all, also those started before a continue-as-new; a failure
-    #: the processor records applies the current generation's parent-close policies).
+    #: Children started by any generation whose result has not arrived, in rows written
+    #: before the processor kept them in a table of their own (``processor.children``, one
+    #: row per child); such rows are still read, and no new child is added here.
     children: list[RunningChild] = field(default_factory=list)
     #: An activity it waits for that a worker reported it does not serve ("": none).
     unserved: str = ""

@@ -328,6 +328,16 @@ class ActivityResult(Message):
     details: Payload | None = None
     #: The run whose attempt it is (copied from the task; "" from before run ids).
     run_id: str = ""
+    #: Set instead of an outcome by a worker that read a *requeued* copy of the task (one
+    #: that went back to its queue unserved): the partition of the queue's topic the copy
+    #: is on, so that a cancellation of the attempt is sent there (-1: not a requeued
+    #: copy). Sent after the copy was read, so a cancellation sent on it comes after it.
+    requeued_to: int = -1
+    #: How often that copy went back to its queue (the ``turnstile-requeues`` header): the
+    #: latest of the copies' notes names where the attempt is now.
+    requeues: int = 0
+    #: The task queue of that copy (where its cancellation goes).
+    task_queue: str = ""
 
 
 @dataclass(frozen=True, slots=True)

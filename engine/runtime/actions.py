@@ -61,6 +61,25 @@ class CancelActivity(Action):
 
 
 @dataclass(frozen=True, slots=True)
+class AbandonAttempt(Action):
+    """The workflow stopped waiting for this running attempt other than by taking its
+    result: its timer or the call's schedule-to-close fired, the call was cancelled, or the
+    generation ended. The worker running it may stop it; a late result is rejected.
+
+    The runtime reports each attempt when it lets go of it, so the processor tells workers
+    about exactly these, with no need to compare what it sent with what is still waited
+    for (which would cost every turn the number of open attempts).
+    """
+
+    task_id: int
+    attempt: int
+    #: The task queue the attempt was sent to (where its worker is).
+    task_queue: str
+    reason: str
+    generation: int = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
 class RunInlineStep(Action):
     """Informational: an inline step already ran during the turn and was journaled."""
 

@@ -34,6 +34,7 @@ driver lets through instead of failing the thread with it).
 from __future__ import annotations
 
 import contextlib
+from collections import deque
 from collections.abc import Coroutine, Generator, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -52,7 +53,7 @@ class FiberHost(ReadyQueue, Protocol):
     def instance_id(self) -> str: ...
 
     @property
-    def fibers(self) -> list[Fiber[Any]]: ...
+    def fibers(self) -> dict[Fiber[Any], None]: ...
 
     @property
     def halt(self) -> bool: ...
@@ -61,7 +62,7 @@ class FiberHost(ReadyQueue, Protocol):
     def conditions(self) -> Sequence[object]: ...
 
     @property
-    def orphaned(self) -> list[Fiber[Any]]: ...
+    def orphaned(self) -> deque[Fiber[Any]]: ...
 
     def check_conditions(self) -> None: ...
 
@@ -85,7 +86,7 @@ class Fiber(Task[T]):
         self.observed = False
         self._scheduled = True
         gen.ready.append(self)
-        gen.fibers.append(self)
+        gen.fibers[self] = None
 
     def wakeup(self, task: Task[Any]) -> None:
         self._waiting_on = None
@@ -108,11 +109,13 @@ class Fiber(Task[T]):
                 self._throw = None
                 yielded = self._coro.throw(throw)
         except StopIteration as stop:
+            del self._gen.fibers[self]
             self.set_result(stop.value)
             return
         except (KeyboardInterrupt, SystemExit, TurnInterrupt):
             raise
         except BaseException as exc:
+            del self._gen.fibers[self]
             if self._waiters is None:
                 self._gen.orphaned.append(self)  # nobody awaits it: see Generation.orphaned
             else:

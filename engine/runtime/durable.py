@@ -9,6 +9,7 @@ marked *apply* run while inbound events are applied and only change state; metho
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Generator
 from typing import Any, NoReturn, Protocol, TypeVar
 
@@ -34,6 +35,7 @@ from engine.core.messages import ActivityTask
 from engine.core.payloads import Payload
 from engine.core.typed import convert
 from engine.runtime.actions import (
+    AbandonAttempt,
     CancelActivity,
     CancelTimer,
     CreateTimer,
@@ -86,7 +88,7 @@ class TaskHost(ReadyQueue, Protocol):
     def conditions(self) -> list[ConditionTask]: ...
 
     @property
-    def event_waiters(self) -> dict[str, list[EventWait]]: ...
+    def event_waiters(self) -> dict[str, OrderedDict[EventWait, None]]: ...
 
     @property
     def claims(self) -> dict[int, EventWait]: ...
@@ -356,6 +358,10 @@ class ActivityCall(Task[Any]):
         if timer is self._timeout:
             self._timeout = None
             if self.phase == RUNNING:
+                self.abandon(
+                    f"the workflow's timeout of {_seconds(self._timeout_ms)} for attempt "
+                    f"{self.attempt} passed"
+                )
                 self.failed(
                     FailureDetails(
                         "ActivityTimeoutError",
@@ -371,6 +377,8 @@ class ActivityCall(Task[Any]):
                 self._gen.ready.append(self._next_attempt)
         elif timer is self._close_timer:
             self._close_timer = None
+            if self.phase == RUNNING:
+                self.abandon("the call's schedule-to-close timeout passed")
             if self.phase != FINISHED:
                 self._give_up(
                     FailureDetails(
@@ -404,6 +412,20 @@ class ActivityCall(Task[Any]):
             key = call.idempotency_key  # the same key the worker's attempt has
             gen.journal.actions.append(
                 CancelActivity(self.task_id, self.name, self.attempt, key, generation=gen.number)
+            )
+            self.abandon("the workflow cancelled the call")
+
+    def abandon(self, reason: str) -> None:
+        """The workflow stops waiting for the running attempt without its result: report
+        it (an ``AbandonAttempt`` action), so that its worker is told. Nothing on replay:
+        the worker was told when it happened."""
+        gen = self._gen
+        journal = gen.journal
+        if not journal.replaying:
+            journal.actions.append(
+                AbandonAttempt(
+                    self.task_id, self.attempt, self.task_queue, reason, generation=gen.number
+                )
             )
 
 
@@ -508,9 +530,9 @@ class EventWait(Task[Any]):
             return
         waiting = gen.event_waiters.get(name)
         if waiting is None:
-            gen.event_waiters[name] = [self]
+            gen.event_waiters[name] = OrderedDict(((self, None),))
         else:
-            waiting.append(self)
+            waiting[self] = None
         if timeout_ms is not None:
             self._timer = TimerTask(gen, gen.journal.now_ms + timeout_ms, self)
 
@@ -569,8 +591,8 @@ class EventWait(Task[Any]):
 
     def _unlist(self) -> None:
         waiting = self._gen.event_waiters.get(self.name)
-        if waiting is not None and self in waiting:
-            waiting.remove(self)
+        if waiting is not None:
+            waiting.pop(self, None)
 
     def timer_fired(self, timer: TimerTask) -> None:
         """*apply*: the timeout fired first."""

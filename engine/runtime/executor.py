@@ -633,7 +633,7 @@ class WorkflowExecution:
             output, failure = recorded.output, recorded.failure
         self._status, self._output, self._failure = status, output, failure
         children = self.running_children_policies
-        self._close_generation(gen)
+        self._close_generation(gen, status)
         if recorded is None:
             started = self._started
             reason = f"parent {self.instance_id} ended {status.value}"
@@ -650,9 +650,11 @@ class WorkflowExecution:
                 )
             )
 
-    def _close_generation(self, gen: Generation) -> None:
-        timers = gen.close()
+    def _close_generation(self, gen: Generation, status: RuntimeStatus) -> None:
         journal = self._journal
+        if not journal.replaying:
+            gen.abandon_attempts(f"its workflow instance is {status.value}")
+        timers = gen.close()
         if not journal.replaying:
             journal.actions.extend(
                 CancelTimer(t.task_id, t.fire_at_ms, generation=gen.number) for t in timers
@@ -690,7 +692,7 @@ class WorkflowExecution:
         else:
             reason = f"parent {self.instance_id} was terminated"
             journal.actions.extend(close_children(children, reason, gen.number))
-        self._close_generation(gen)
+        self._close_generation(gen, RuntimeStatus.TERMINATED)
 
     def _continue_as_new(self, gen: Generation) -> None:
         """End ``gen`` with ``ContinuedAsNew``; the next generation waits for the next
@@ -700,7 +702,7 @@ class WorkflowExecution:
         recorded = journal.command(ContinuedAsNew(gen.continue_input, new_number))
         carried, overflow = split_carried(gen.unconsumed_events())
         children = self.running_children_policies
-        self._close_generation(gen)
+        self._close_generation(gen, RuntimeStatus.CONTINUED_AS_NEW)
         self._status = RuntimeStatus.CONTINUED_AS_NEW
         started = replace(
             gen.started, input=gen.continue_input, scheduled_start_ms=None, tags=dict(gen.tags)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from types import CoroutineType
@@ -37,7 +37,14 @@ from engine.core.tags import merged_tags
 from engine.runtime.actions import PublishRecord, RunInlineStep, SendEvent, SetCustomStatus
 from engine.runtime.cancel import cancelled_error, is_cancelled
 from engine.runtime.driver import Fiber
-from engine.runtime.durable import ChildTask, ConditionTask, EventWait, TimerTask
+from engine.runtime.durable import (
+    RUNNING,
+    ActivityCall,
+    ChildTask,
+    ConditionTask,
+    EventWait,
+    TimerTask,
+)
 from engine.runtime.failures import raised_from
 from engine.runtime.fastjson import decode, encode
 from engine.runtime.journal import Journal
@@ -104,15 +111,18 @@ class Generation:
         self.number = number
         self.started = started
         self.ready: deque[Callable[[], object]] = deque()
-        self.fibers: list[Fiber[Any]] = []
+        #: The fibers that have not finished (a finished one leaves at once).
+        self.fibers: dict[Fiber[Any], None] = {}
         #: Spawned fibers that failed while nothing awaited them (checked after each run).
-        self.orphaned: list[Fiber[Any]] = []
+        self.orphaned: deque[Fiber[Any]] = deque()
         self.tasks: dict[int, Task[Any]] = {}
         self.timers: dict[int, TimerTask] = {}
         self.children: dict[int, ChildTask] = {}
         self.next_task_id = 0
         self.event_buffers: dict[str, deque[tuple[int, Payload | None]]] = {}
-        self.event_waiters: dict[str, list[EventWait]] = {}
+        #: The waits for each event name, oldest first (an ordered set: a wait that times
+        #: out or is cancelled leaves it without a scan of the others).
+        self.event_waiters: dict[str, OrderedDict[EventWait, None]] = {}
         self.arrivals = 0
         #: Set by ExecutionCancelRequested: the main coroutine was asked to stop.
         self.cancel_reason: str | None = None
@@ -174,9 +184,6 @@ class Generation:
         if self.closing:
             coro.close()
             raise cancelled_error("the workflow generation has ended")
-        fibers = self.fibers
-        if len(fibers) >= 1024 and len(fibers) % 1024 == 0:
-            fibers[:] = [t for t in fibers if not t.done()]
         return Fiber(self, coro)
 
     def unawaited_failure(self) -> BaseException | None:
@@ -188,7 +195,7 @@ class Generation:
             fiber = orphaned[0]
             error = fiber.peek_error()
             if fiber.observed or is_cancelled(error) or isinstance(error, ContinueAsNewRequested):
-                orphaned.pop(0)
+                orphaned.popleft()
                 continue
             return error
         return None
@@ -271,7 +278,7 @@ class Generation:
         (a given-back event goes back to its place)."""
         waiters = self.event_waiters.get(name)
         while waiters:
-            waiter = waiters.pop(0)
+            waiter = waiters.popitem(last=False)[0]
             if not waiter.done():
                 waiter.deliver(arrival, payload)
                 return
@@ -374,6 +381,13 @@ class Generation:
         return self._seed(f"uuid/{counter}")[:16]
 
     # --- the end ------------------------------------------------------------------------------
+
+    def abandon_attempts(self, reason: str) -> None:
+        """The generation ends (live): report every activity attempt still running as
+        abandoned, so that its worker is told (one pass over the generation's tasks, once)."""
+        for task in self.tasks.values():
+            if type(task) is ActivityCall and task.phase == RUNNING:
+                task.abandon(reason)
 
     def close(self) -> list[TimerTask]:
         """End the generation: stop all fibers; return the timers still pending."""

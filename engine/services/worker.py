@@ -293,6 +293,31 @@ def _call_of(task: ActivityTask) -> tuple[str, str, int, int, int]:
     return (task.instance_id, task.run_id, task.generation, task.task_id, task.attempt)
 
 
+def _located(
+    record: TaskRecord, task: ActivityTask, epoch: int, unserved: str, queue: str
+) -> Outbound:
+    """The note for the processor about a task record taken here: ``unserved`` (this
+    worker lacks the activity; the task goes back to its queue) and, for a requeued copy,
+    where the copy is. The processor sends a cancellation of the attempt to that partition;
+    the note leaves only after the copy was read, so the cancellation comes after it."""
+    requeues = _requeues(record)
+    result = ActivityResult(
+        task.instance_id,
+        task.generation,
+        task.task_id,
+        task.attempt,
+        unserved=unserved,
+        requeued_to=record.partition if requeues else -1,
+        requeues=requeues,
+        task_queue=queue if requeues else "",
+        run_id=task.run_id,
+    )
+    key = task.instance_id.encode("utf-8")
+    return Outbound(
+        key, encode_message(result), record.partition, offset=record.offset, epoch=epoch
+    )
+
+
 def _requeues(record: TaskRecord) -> int:
     for name, value in record.headers:
         if name == REQUEUES_HEADER:
@@ -470,6 +495,9 @@ class Worker:
             if not self.registry.has_activity(task.name):
                 letters.append(self._held(self._hold_unserved(record, task, epoch)))
                 continue
+            if _requeues(record):  # a copy some worker put back: tell where it is now
+                queue = task.task_queue or self.task_queue
+                letters.append(self._held(_located(record, task, epoch, "", queue)))
             self.stats["tasks"] += 1
             if self.observer is not None:
                 self.observer.started(task.name)
@@ -500,18 +528,7 @@ class Worker:
             f"the module that defines {task.name!r}"
         )
         log.warning("%s (%s)", note, task.attempt_label)
-        result = ActivityResult(
-            task.instance_id,
-            task.generation,
-            task.task_id,
-            task.attempt,
-            unserved=note,
-            run_id=task.run_id,
-        )
-        key = task.instance_id.encode("utf-8")
-        return Outbound(
-            key, encode_message(result), record.partition, offset=record.offset, epoch=epoch
-        )
+        return _located(record, task, epoch, note, queue)
 
     def _requeue_due(self) -> list[Outbound]:
         """Unserved tasks whose delay is over, as records back onto the queue (their

@@ -55,6 +55,24 @@ def test_terminating_an_instance_cancels_its_open_attempt() -> None:
     assert "TERMINATED" in cancel.reason
 
 
+def test_a_cold_instance_still_cancels_what_it_stops_waiting_for() -> None:
+    """Evicted from the cache, the instance is replayed for its next turn; the turn runs
+    live, so the runtime reports the attempts it stops waiting for as a hot one would."""
+    with TestEngine(registry) as env:
+        env.start("waits", 0, instance_id="c")
+        env.start("retries", None, instance_id="r")
+        env.run()
+        for pp in env.processors.values():
+            pp.cache.clear()
+        env.terminate("c", "no longer needed")
+        env.run()
+        for pp in env.processors.values():
+            pp.cache.clear()
+        env.advance(6)  # r's attempt 1 times out; attempt 2 replaces it
+        cancels = {(c.instance_id, c.task_id, c.attempt) for c in _cancels(env)}
+    assert cancels == {("c", 0, 1), ("r", 0, 1)}
+
+
 def test_a_timed_out_attempt_is_cancelled_when_its_retry_replaces_it() -> None:
     with TestEngine(registry) as env:
         env.start("retries", None, instance_id="r")

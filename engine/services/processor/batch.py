@@ -177,10 +177,11 @@ class Batch:
     ) -> None:
         self.out.append(OutRecord(topic, key, value, partition, headers, self.origin))
 
-    def send(self, topic: str, message: Message) -> None:
-        """A message to another instance or to the workers, partitioned by its key."""
+    def send(self, topic: str, message: Message, partition: int | None = None) -> None:
+        """A message to another instance or to the workers, partitioned by its key (or on
+        ``partition``: a cancellation that follows a requeued task)."""
         key = instance_key(message.instance_id)
-        self.emit(topic, key, encode_message(message), None, self.headers)
+        self.emit(topic, key, encode_message(message), partition, self.headers)
 
     def dead_letter(self, record: RawRecord, reason: str, kind: str = "Refused") -> None:
         """Park an unusable record with the reason, so the partition can go on. ``kind`` is

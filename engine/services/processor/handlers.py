@@ -58,9 +58,12 @@ from engine.core.tags import checked_tags
 from engine.runtime.executor import WorkflowExecution
 from engine.services.processor import (
     backlog,
+    cancels,
+    children,
     keys,
     parking,
     pending,
+    requeued,
     reset,
     retention,
     runs,
@@ -328,8 +331,11 @@ def _deliver(b: Batch, msg: Message, inbound: Inbound) -> None:
 
 
 def on_activity_result(b: Batch, msg: ActivityResult, now_ms: int) -> None:
-    if msg.unserved:
-        _note_unserved(b, msg)
+    if msg.unserved or msg.requeued_to >= 0:  # a note, not an outcome
+        if msg.unserved:
+            _note_unserved(b, msg)
+        if msg.requeued_to >= 0:
+            cancels.note_requeued(b, msg)  # where a requeued copy of the task is now
         return
     body: Any
     item = b.load(msg.instance_id)
@@ -382,9 +388,7 @@ def on_child_result(b: Batch, msg: ChildResult, now_ms: int) -> None:
     if runs.is_other_run(parent, msg.run_id):  # a child of a purged run of this id
         _reject(b, msg, f"the result is for run {msg.run_id}, not the current run")
         return
-    running = [c for c in parent.children if c.instance_id != msg.child_instance_id]
-    if len(running) != len(parent.children):  # it no longer runs, whatever its parent does
-        parent.children = running
+    if children.note_ended(b.tables, parent, msg.child_instance_id):
         b.save(parent)
     body: Any
     if msg.status is RuntimeStatus.COMPLETED:
@@ -480,12 +484,14 @@ def on_purge(b: Batch, msg: PurgeWorkflow, now_ms: int) -> Verdict:
 
 
 def purge_row(b: Batch, item: Loaded) -> None:
-    """Remove an ended instance: its row, history rows, timers and status (a purge, or
-    its retention time passed)."""
+    """Remove an ended instance: its row, history rows, timers, running-children rows
+    and status (a purge, or its retention time passed)."""
     meta = item.meta
     _drop_history(b, meta)
     for timer in b.tables.timers_of(meta.instance_id):
         b.tables.delete_timer(timer)
+    children.forget_all(b.tables, meta)
+    requeued.forget_all(b.tables, meta.instance_id)
     b.remove(meta)
     item.meta = InstanceRow(meta.instance_id)
     item.execution = None

@@ -1,6 +1,6 @@
 """Key encodings of the processor's per-partition tables.
 
-One RocksDB database per partition holds three tables, told apart by a one-byte prefix, so
+One RocksDB database per partition holds these tables, told apart by a one-byte prefix, so
 that one WriteBatch can change all of them atomically:
 
 - ``m``: instance metadata, ``m | instance``;
@@ -10,6 +10,11 @@ that one WriteBatch can change all of them atomically:
 - ``t``: durable timers, ``t | fire_at_ms (8 bytes BE) | instance | 0x00 | generation (4 BE)
   | task_id (4 BE, offset by 2**31 so that -1 sorts first)``: byte order is fire-time order,
   so the due timers are a prefix of the table;
+- ``c``: running children, ``c | instance | 0x00 | child instance``, one row per child an
+  instance started whose result has not arrived (value: ``processor.children``), so a turn
+  of a parent with 100,000 children rewrites none of them;
+- ``r``: requeued activity tasks, ``r | instance | 0x00 | task_id (4 BE)``: where the copy
+  of an attempt that went back to its queue is now (``processor.requeued``);
 - ``o``: bookkeeping (changelog offsets), never written to a changelog.
 
 Instance ids may not contain NUL (checked where they enter the engine), which keeps the
@@ -26,6 +31,8 @@ from engine.core.errors import TurnstileError
 META = b"m"
 HISTORY = b"h"
 TIMER = b"t"
+CHILD = b"c"
+REQUEUED = b"r"
 BOOKKEEPING = b"o"
 SEP = b"\x00"
 
@@ -82,6 +89,22 @@ def parse_timer_key(raw: bytes) -> TimerKey:
     instance = raw[9:-9].decode()
     generation, biased = struct.unpack_from(">II", raw, len(raw) - 8)
     return TimerKey(int(fire_at), instance, int(generation), int(biased) - _TASK_BIAS)
+
+
+def child_prefix(instance_id: str) -> bytes:
+    return CHILD + instance_id.encode() + SEP
+
+
+def child_key(instance_id: str, child_id: str) -> bytes:
+    return child_prefix(instance_id) + child_id.encode()
+
+
+def requeued_prefix(instance_id: str) -> bytes:
+    return REQUEUED + instance_id.encode() + SEP
+
+
+def requeued_key(instance_id: str, task_id: int) -> bytes:
+    return requeued_prefix(instance_id) + struct.pack(">I", task_id)
 
 
 def offset_key(name: str) -> bytes:

@@ -30,11 +30,14 @@ class MemoryPartitionStore:
 
     def scan(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
         self._check_open()
-        keys = self._keys[
-            bisect.bisect_left(self._keys, start) : bisect.bisect_left(self._keys, end)
-        ]
-        for key in keys:
+        # lazily, like a RocksDB iterator: a reader that wants the first row (the earliest
+        # timer) pays for that row, not for the whole range
+        keys = self._keys
+        index = bisect.bisect_left(keys, start)
+        while index < len(keys) and keys[index] < end:
+            key = keys[index]
             yield key, self._rows[key]
+            index += 1
 
     def write(self, changes: Mapping[bytes, bytes | None]) -> None:
         self._check_open()

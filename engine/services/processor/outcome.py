@@ -49,6 +49,7 @@ from engine.runtime.interrupt import TurnEventsExceeded
 from engine.services.processor import (
     backlog,
     cancels,
+    children,
     history_limits,
     keys,
     parking,
@@ -76,6 +77,14 @@ def step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
 
 
 def _step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
+    if (
+        item.requeue_checks
+        and not item.inbox
+        and not item.wake
+        and not b.is_quarantined(item.meta.instance_id)
+    ):
+        _check_requeued(b, item)
+        return
     item.wake = False
     item.continuing = item.execution.continuation if item.execution is not None else None
     inbox = parking.take_inbox(b, item, now_ms)
@@ -139,22 +148,43 @@ def log_failed(meta: InstanceRow) -> None:
 def _run_turn(b: Batch, item: Loaded, inbox: list[Inbound], now_ms: int) -> TurnResult:
     """Replay (if cold) and step the execution, each under the turn watchdog: a cold
     replay gets a budget that grows with its history (it re-runs every recorded turn)."""
+    _replay_if_cold(b, item)
+    description = f"the turn of {item.meta.instance_id!r}"
+    return b.env.watchdog.run(lambda: _step(b, item, inbox, now_ms), description)
+
+
+def _replay_if_cold(b: Batch, item: Loaded) -> None:
     meta = item.meta
-    watchdog = b.env.watchdog
     if item.execution is None:
         rows = b.tables.history(meta.instance_id, meta.generation_start)
-        watchdog.run(
+        b.env.watchdog.run(
             lambda: b.replay(item, rows),
             f"the replay of {meta.instance_id!r}",
             scale=len(rows) / REPLAY_EVENTS_PER_BUDGET,
         )
-    return watchdog.run(lambda: _step(b, item, inbox, now_ms), f"the turn of {meta.instance_id!r}")
+
+
+def _check_requeued(b: Batch, item: Loaded) -> None:
+    """Notes about requeued copies of its tasks came for a cold instance, and no event:
+    replay it to learn which attempts it still waits for (``cancels.note_requeued``). A
+    parked instance, or one whose history does not replay, keeps the notes for its next
+    turn, which replays it anyway."""
+    if item.meta.parked is not None:
+        return
+    try:
+        _replay_if_cold(b, item)
+    except Exception as exc:
+        item.execution = None
+        log.warning("%s: not replayed to check its requeued tasks: %s", item.meta.instance_id, exc)
+        return
+    assert item.execution is not None
+    cancels.before_turn(b, item, item.execution)
 
 
 def _step(b: Batch, item: Loaded, inbox: list[Inbound], now_ms: int) -> TurnResult:
     execution = b.execution(item)
     item.continuing = execution.continuation
-    cancels.before_turn(item, execution)
+    cancels.before_turn(b, item, execution)
     backlog.feed(b, item, execution, inbox)
     suggested = history_limits.suggests(b, item.meta)
     try:
@@ -348,16 +378,16 @@ def fail_turn(
 
 def _close_children(b: Batch, item: Loaded, now_ms: int) -> None:
     """The processor failed the instance in place of its turn: the current generation's
-    running children get their parent-close policies from the row, as the runtime's own
-    end would give them."""
+    running children get their parent-close policies from its running-children rows, as
+    the runtime's own end would give them."""
     meta = item.meta
-    children = [
+    kids = [
         (c.instance_id, c.parent_close_policy)
-        for c in meta.children
+        for c in children.running(b.tables, meta)
         if c.generation == meta.generation
     ]
     reason = f"parent {meta.instance_id} ended FAILED"
-    for action in act.close_children(children, reason, meta.generation):
+    for action in act.close_children(kids, reason, meta.generation):
         ACTION_HANDLERS[type(action)](b, item, action, now_ms)
 
 
@@ -407,9 +437,9 @@ def _schedule_activity(b: Batch, item: Loaded, a: act.ScheduleActivity, now_ms: 
 def _cancel_activity(b: Batch, item: Loaded, a: act.CancelActivity, now_ms: int) -> None:
     """The workflow stopped waiting for a running attempt (``ActivityCancelRequested`` is
     already in the turn's history, and the attempt's late result will be rejected as
-    stale). The worker is told by :func:`cancels.after_turn`, which sees after this turn
-    that the attempt is no longer waited for, like every other abandoned attempt; this
-    handler says so in the log."""
+    stale). The worker is told by :func:`cancels.after_turn`, from the ``AbandonAttempt``
+    the runtime reports with it, like every other abandoned attempt; this handler says so
+    in the log."""
     log.info(
         "%s: activity %s (task %d, attempt %d, idempotency key %s) cancelled: its worker "
         "is told, a late result will be dropped",
@@ -419,6 +449,12 @@ def _cancel_activity(b: Batch, item: Loaded, a: act.CancelActivity, now_ms: int)
         a.attempt,
         a.idempotency_key,
     )
+
+
+def _abandon_attempt(b: Batch, item: Loaded, a: act.AbandonAttempt, now_ms: int) -> None:
+    """The workflow stopped waiting for a running attempt: :func:`cancels.after_turn`
+    tells its worker, after every other record of the turn (it knows the turn's inbox, and
+    an attempt whose own result is in it needs no cancel)."""
 
 
 def _start_child(b: Batch, item: Loaded, a: act.StartChild, now_ms: int) -> None:
@@ -432,8 +468,8 @@ def start_child(b: Batch, item: Loaded, a: act.StartChild, reuse_policy: IdReuse
     ``TERMINATE_IF_RUNNING``, replacing the old run's."""
     meta = item.meta
     parent = meta.instance_id
-    meta.children = [c for c in meta.children if c.instance_id != a.instance_id]
-    meta.children.append(RunningChild(a.instance_id, a.generation, a.parent_close_policy))
+    child = RunningChild(a.instance_id, a.generation, a.parent_close_policy)
+    children.note_started(b.tables, meta, child)
     start = StartWorkflow(
         instance_id=a.instance_id,
         name=a.name,
@@ -493,12 +529,12 @@ def notify_parent(
 
 
 def _terminate_children(b: Batch, item: Loaded, a: act.TerminateChildren, now_ms: int) -> None:
-    children = list(a.instance_ids)
+    ids = list(a.instance_ids)
     if a.every_generation:  # also the children that earlier generations left running
-        children += [
-            c.instance_id for c in item.meta.children if c.instance_id not in a.instance_ids
-        ]
-    for child in children:
+        named = set(a.instance_ids)
+        running = children.running(b.tables, item.meta)
+        ids += [c.instance_id for c in running if c.instance_id not in named]
+    for child in ids:
         message = TerminateWorkflow(instance_id=child, reason=a.reason, recursive=a.recursive)
         b.send(b.env.topics.instance_messages, message)
 
@@ -534,6 +570,7 @@ ACTION_HANDLERS: dict[type, ActionHandler] = {
     act.TerminateChildren: _terminate_children,
     act.CancelChildren: _cancel_children,
     act.CancelActivity: _cancel_activity,
+    act.AbandonAttempt: _abandon_attempt,
     act.RunInlineStep: _nothing_to_send,
     act.SetCustomStatus: _nothing_to_send,
     act.PublishRecord: publish_record,

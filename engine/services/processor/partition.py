@@ -161,7 +161,7 @@ class PartitionProcessor:
         """
         batch = self._writable_batch()
         for instance_id, item in list(batch.touched.items()):
-            if item.inbox or item.wake or batch.is_quarantined(instance_id):
+            if item.inbox or item.wake or item.requeue_checks or batch.is_quarantined(instance_id):
                 batch.origin = instance_id
                 try:
                     step_instance(batch, item, now_ms)

@@ -54,7 +54,16 @@ from engine.core.messages import (
 from engine.runtime import actions as act
 from engine.runtime.executor import WorkflowExecution
 from engine.runtime.reset import ResetPlan, marked, plan_reset, resolve_point
-from engine.services.processor import cancels, keys, parking, pending, runs, slots
+from engine.services.processor import (
+    cancels,
+    children,
+    keys,
+    parking,
+    pending,
+    requeued,
+    runs,
+    slots,
+)
 from engine.services.processor.batch import Batch
 from engine.services.processor.command_outcomes import (
     Verdict,
@@ -424,7 +433,7 @@ def _end_old_run(b: Batch, item: Loaded, now_ms: int) -> None:
     for timer in b.tables.timers_of(meta.instance_id):
         b.tables.delete_timer(timer)
     if item.execution is not None:
-        cancels.before_turn(item, item.execution)
+        cancels.before_turn(b, item, item.execution)
         item.execution.close()
         item.execution = None
     for task_id, (generation, attempt, queue) in (item.open_attempts or {}).items():
@@ -433,12 +442,12 @@ def _end_old_run(b: Batch, item: Loaded, now_ms: int) -> None:
             b, meta.instance_id, generation, task_id, attempt, queue, reason, run_id=meta.run_id
         )
     item.open_attempts = None
-    children = [(c.instance_id, c.parent_close_policy) for c in meta.children]
-    for action in act.close_children(
-        children, f"parent {meta.instance_id} was reset", meta.generation
-    ):
+    requeued.forget_all(b.tables, meta.instance_id)
+    item.requeue_checks = set()
+    kids = [(c.instance_id, c.parent_close_policy) for c in children.running(b.tables, meta)]
+    for action in act.close_children(kids, f"parent {meta.instance_id} was reset", meta.generation):
         ACTION_HANDLERS[type(action)](b, item, action, now_ms)
-    meta.children = []
+    children.forget_all(b.tables, meta)
     b.tables.delete_history(meta.instance_id, meta.generation_start, meta.next_sequence)
 
 

@@ -202,6 +202,10 @@ class Loaded:
     #: The activity attempts sent to workers and not settled, by task id (see
     #: ``processor.cancels``; None: not known yet, read from the execution).
     open_attempts: dict[int, OpenAttempt] | None = None
+    #: Task ids of requeued copies whose notes came while its open attempts were not
+    #: known (it was cold): the batch replays it to check them (``processor.requeued``;
+    #: never stored).
+    requeue_checks: set[int] = field(default_factory=set)
 
 
 def partition_cache_capacity(budget: int, partitions: int) -> int:

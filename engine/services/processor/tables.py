@@ -39,17 +39,26 @@ class Tables:
         return self.store.get(key)
 
     def scan(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """Committed rows merged with the overlay, in key order."""
-        pending = {k: v for k, v in self.overlay.items() if start <= k < end}
+        """Committed rows merged with the overlay, in key order: lazily, so a reader that
+        wants the first row (the earliest timer) reads the store up to it, not the whole
+        range, even when the batch wrote into it."""
+        pending = sorted((k, v) for k, v in self.overlay.items() if start <= k < end)
         if not pending:
             yield from self.store.scan(start, end)
             return
-        merged: dict[bytes, bytes | None] = dict(self.store.scan(start, end))
-        merged.update(pending)
-        for key in sorted(merged):
-            value = merged[key]
+        stored = self.store.scan(start, end)
+        row = next(stored, None)
+        for key, value in pending:
+            while row is not None and row[0] < key:
+                yield row
+                row = next(stored, None)
+            if row is not None and row[0] == key:
+                row = next(stored, None)  # the overlay's value wins
             if value is not None:
                 yield key, value
+        while row is not None:
+            yield row
+            row = next(stored, None)
 
     def load_meta(self, instance_id: str) -> InstanceRow | None:
         raw = self.get(keys.meta_key(instance_id))

@@ -137,3 +137,32 @@ def test_a_timer_written_in_the_batch_is_seen_at_once() -> None:
     assert pp.next_timer_ms() == 1500
     pp.rolled_back()
     assert pp.next_timer_ms() is None
+
+
+row_keys = st.binary(min_size=1, max_size=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(row_keys, st.binary(min_size=1, max_size=2)),
+    st.dictionaries(row_keys, st.one_of(st.none(), st.binary(min_size=1, max_size=2))),
+    row_keys,
+    row_keys,
+)
+def test_a_scan_merges_the_overlay_into_the_store_in_key_order(
+    stored: dict[bytes, bytes],
+    overlay: dict[bytes, bytes | None],
+    start: bytes,
+    end: bytes,
+) -> None:
+    """A scan reads the store lazily; with the batch's writes (and deletes) in the range it
+    still answers what the store would hold with them applied, in key order."""
+    store = MemoryPartitionStore()
+    store.write(stored)
+    tables = Tables(0, store)
+    tables.overlay = dict(overlay)
+    model = {**stored, **overlay}
+    expected = sorted((k, v) for k, v in model.items() if v is not None and start <= k < end)
+    assert list(tables.scan(start, end)) == expected
+    first = next(tables.scan(start, end), None)
+    assert first == (expected[0] if expected else None)
