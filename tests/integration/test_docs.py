@@ -17,7 +17,8 @@ nothing:
 
 The blocks of one page run in order, as one reader's session: one folder, one shell
 environment, one namespace. A page that builds on another says so at its top with
-``<!-- needs: PAGE -->`` (a path under ``docs/``): that page runs first, once per test
+``<!-- needs: PAGE -->`` (a path under ``docs/``; under its title, so that the site still
+takes the title from the first line): that page runs first, once per test
 run, and this one goes on in its folder, with its environment and the processes it
 started (the tutorial's engine, say). A page needs at most one other; that one may need
 another in turn.
