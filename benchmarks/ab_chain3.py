@@ -3,7 +3,7 @@
 Each round runs ``benchmarks/chain3.py`` of checkout A, then of checkout B (each with its own
 engine code, as subprocesses), so load changes on a shared machine hit both alike; ratios
 B/A are taken per round and their median reported. The 1-minute load average is recorded
-next to every run. Rows go to RESULTS.md's chain3 table (variant cell: side and load).
+next to every run. Rows go to the chain3 results (variant cell: side and load).
 
     .venv/bin/python benchmarks/ab_chain3.py --a ../main-copy --b . --bootstrap-servers HOST:PORT
 """

@@ -1,86 +1,189 @@
-"""Append result rows to ``benchmarks/RESULTS.md``, one table per benchmark.
+"""Benchmark results: the rows as data, and ``benchmarks/RESULTS.md`` generated from them.
 
-Rows go above a ``<!-- rows:NAME -->`` marker at the end of each table, so the file stays
-readable as a history (newest row last) and every row carries what is needed to compare it
-honestly: date, machine, commit and parameters.
+Every run adds one record per result row to ``benchmarks/results/<benchmark>.jsonl`` (one
+JSON object a line, oldest first): the date (UTC), the commit, the machine, the machine's
+load when the benchmark records it, and the row's other columns as ``values``, each cell
+as the text the table shows. ``RESULTS.md`` is then written again from all the files: one
+screen of the newest numbers against the performance targets, met or not. The analyses
+of what limits each number live in ``docs/explanation/performance/``.
+
+    .venv/bin/python benchmarks/results_md.py               # write RESULTS.md again
+    .venv/bin/python benchmarks/results_md.py --check       # exit 1 if it is out of date
+    .venv/bin/python benchmarks/results_md.py --table scale # every row of one benchmark
+
+Tables without a script that appends to them (metrics overhead, observability overhead,
+idle, activities, cluster faults) take a record added by hand, with the same fields.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import re
+import sys
+import textwrap
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from common import machine_line
 
-PATH = Path(__file__).resolve().parent / "RESULTS.md"
+HERE = Path(__file__).resolve().parent
+PATH = HERE / "RESULTS.md"
+RESULTS_DIR = HERE / "results"
+NOTES = "../docs/explanation/performance"
 
-HEADERS = {
-    "chain3": "| date (UTC) | commit | machine | variant | params | wf/s | act/s | p50 ms "
-    "| p90 ms | p99 ms | max ms | CPU ms/wf (tp): processor / worker / broker / client "
-    "| Restate wf/s, p50 ms | ratio wf/s | ratio p50 | ratios to the other peers (wf/s, p50) "
-    "| issue 18 targets |\n"
-    "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---|---|",
-    "fanout": "| date (UTC) | commit | machine | params | wall s (median) | activities/s "
-    "| CPU s: processor / worker / broker / client |\n"
-    "|---|---|---|---|---:|---:|---|",
-    "fanout-turns": "| date (UTC) | commit | machine | params | open activities: start / end "
-    "| turns measured: start / end | processor CPU ms per turn: start / end "
-    "| start / end | window wall s: start / end | total wall s |\n"
-    "|---|---|---|---|---|---|---|---:|---|---:|",
-    "replay": "| date (UTC) | commit | machine | workload | events | executor only ev/s "
-    "| decode only ev/s | decode + executor ev/s |\n"
-    "|---|---|---|---|---:|---:|---:|---:|",
-    "replay_ab": "| date (UTC) | commit (before -> after) | machine | load avg 1/5/15 | rounds "
-    "| workload | events | executor CPU ev/s before / after | decode CPU ev/s before / after "
-    "| decode + executor CPU ev/s before / after (ratio) | decode + executor wall ev/s "
-    "before / after |\n"
-    "|---|---|---|---|---:|---|---:|---|---|---|---|",
-    "restore": "| date (UTC) | commit | machine | params | records | restore s "
-    "| instances/s | records/s | slowest partition s |\n"
-    "|---|---|---|---|---:|---:|---:|---:|---:|",
-    "restore-replica": "| date (UTC) | commit | machine | load avg (1/5/15 min) | params "
-    "| records | restore s | instances/s | CPU s: replica / broker / machine "
-    "| RSS MiB: restored / full cache / after 2x budget | cached | KiB per cached instance |\n"
-    "|---|---|---|---|---|---:|---:|---:|---|---|---:|---:|",
-    "restart": "| date (UTC) | commit | machine | static membership | params "
-    "| restart-to-first-turn s (median) | max s | process up s | partitions restored s "
-    "| clean-stop handover s |\n"
-    "|---|---|---|---|---|---:|---:|---:|---:|---:|",
-    "scale": "| date (UTC) | commit | machine | load avg | variant | partitions x replicas "
-    "| params | wf/s | ratio wf/s | p50 ms | ratio p50 "
-    "| CPU ms/wf (tp): processors / worker / broker / client | tx/s | records in/tx "
-    "| records out/tx | ms/tx: step / produce / offsets / commit |\n"
-    "|---|---|---|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|",
-    "chain3-floor": "| date (UTC) | commit | machine | params | p50 ms | mean ms "
-    "| client produce | fetch wake-up | turn | txn produce | txn send_offsets | txn commit "
-    "| status read | txns/instance |\n"
-    "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    "peers": "| date (UTC) | machine | peer / variant | wf/s | act/s | p50 ms | p99 ms "
-    "| sizes |\n"
-    "|---|---|---|---:|---:|---:|---:|---|",
+#: The columns of each benchmark's rows, in table order. ``date (UTC)``/``date``,
+#: ``commit``, ``machine`` and the load column are the record's own fields.
+COLUMNS: dict[str, list[str]] = {
+    "chain3": [
+        "date (UTC)", "commit", "machine", "variant", "params", "wf/s", "act/s", "p50 ms",
+        "p90 ms", "p99 ms", "max ms", "CPU ms/wf (tp): processor / worker / broker / client",
+        "Restate wf/s, p50 ms", "ratio wf/s", "ratio p50",
+        "ratios to the other peers (wf/s, p50)", "targets",
+    ],
+    "chain3-floor": [
+        "date (UTC)", "commit", "machine", "params", "p50 ms", "mean ms", "client produce",
+        "fetch wake-up", "turn", "txn produce", "txn send_offsets", "txn commit",
+        "status read", "txns/instance",
+    ],
+    "fanout": [
+        "date (UTC)", "commit", "machine", "params", "wall s (median)", "activities/s",
+        "CPU s: processor / worker / broker / client",
+    ],
+    "fanout-turns": [
+        "date (UTC)", "commit", "machine", "params", "open activities: start / end",
+        "turns measured: start / end", "processor CPU ms per turn: start / end",
+        "start / end", "window wall s: start / end", "total wall s",
+    ],
+    "replay": [
+        "date (UTC)", "commit", "machine", "workload", "events", "executor only ev/s",
+        "decode only ev/s", "decode + executor ev/s",
+    ],
+    "replay_ab": [
+        "date (UTC)", "commit (before -> after)", "machine", "load avg 1/5/15", "rounds",
+        "workload", "events", "executor CPU ev/s before / after",
+        "decode CPU ev/s before / after",
+        "decode + executor CPU ev/s before / after (ratio)",
+        "decode + executor wall ev/s before / after",
+    ],
+    "restore": [
+        "date (UTC)", "commit", "machine", "params", "records", "restore s", "instances/s",
+        "records/s", "slowest partition s",
+    ],
+    "restore-replica": [
+        "date (UTC)", "commit", "machine", "load avg (1/5/15 min)", "params", "records",
+        "restore s", "instances/s", "CPU s: replica / broker / machine",
+        "RSS MiB: restored / full cache / after 2x budget", "cached", "KiB per cached instance",
+    ],
+    "metrics-overhead": [
+        "date", "commit", "batch", "partitions", "metrics µs/wf", "share of 0.33 ms",
+    ],
+    "observability-overhead": [
+        "date (UTC)", "commit", "machine", "rounds", "variant", "wf/s", "processor CPU ms/wf",
+        "throughput vs none", "CPU vs none",
+    ],
+    "idle": [
+        "date (UTC)", "commit", "machine", "consumers' fetch wait", "idle s", "broker",
+        "processor", "worker", "together", "client", "busy p50 ms", "wake-up ms",
+        "wake-up / p50",
+    ],
+    "activities": [
+        "date (UTC)", "commit", "machine", "variant", "act/s", "wall s", "CPU s", "transactions",
+    ],
+    "peers": [
+        "date (UTC)", "machine", "peer / variant", "wf/s", "act/s", "p50 ms", "p99 ms", "sizes",
+    ],
+    "restart": [
+        "date (UTC)", "commit", "machine", "static membership", "params",
+        "restart-to-first-turn s (median)", "max s", "process up s", "partitions restored s",
+        "clean-stop handover s",
+    ],
+    "cluster-faults": [
+        "date (UTC)", "commit", "SIGKILL the busiest leader s", "restart it s",
+        "rolling restart, broker 1 / 2 / 3 s", "test wall time",
+    ],
+    "scale": [
+        "date (UTC)", "commit", "machine", "load avg", "variant", "partitions x replicas",
+        "params", "wf/s", "ratio wf/s", "p50 ms", "ratio p50",
+        "CPU ms/wf (tp): processors / worker / broker / client", "tx/s", "records in/tx",
+        "records out/tx", "ms/tx: step / produce / offsets / commit",
+    ],
+}  # fmt: skip
+
+#: Which column holds each of a record's own fields.
+FIELDS = {
+    "date (UTC)": "date",
+    "date": "date",
+    "commit": "commit",
+    "commit (before -> after)": "commit",
+    "machine": "machine",
+    "load avg 1/5/15": "load",
+    "load avg (1/5/15 min)": "load",
+    "load avg": "load",
 }
+
+Record = dict[str, Any]
+
+
+# --- the data files ---------------------------------------------------------------------
 
 
 def _cell(value: Any) -> str:
     return "n/a" if value is None else str(value).replace("|", "/")
 
 
-def _row(cells: list[Any]) -> str:
-    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+def make_record(benchmark: str, cells: list[Any]) -> Record:
+    """The record of one row whose cells are in ``COLUMNS[benchmark]``'s order."""
+    record: Record = {"benchmark": benchmark, "date": None, "commit": None, "machine": None}
+    record["load"] = None
+    values: dict[str, str] = {}
+    for column, value in zip(COLUMNS[benchmark], cells, strict=True):
+        if column in FIELDS:
+            record[FIELDS[column]] = _cell(value)
+        else:
+            values[column] = _cell(value)
+    record["values"] = values
+    return record
+
+
+def read_records(benchmark: str, folder: Path = RESULTS_DIR) -> list[Record]:
+    path = folder / f"{benchmark}.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def append_record(record: Record, folder: Path = RESULTS_DIR, summary: Path = PATH) -> None:
+    """Add ``record`` to its benchmark's file and write the summary again."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / f"{record['benchmark']}.jsonl").open("a", encoding="utf-8") as out:
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    summary.write_text(summary_markdown(folder), encoding="utf-8")
+
+
+def _add(benchmark: str, cells: list[Any]) -> None:
+    append_record(make_record(benchmark, cells))
+
+
+def table_markdown(benchmark: str, folder: Path = RESULTS_DIR) -> str:
+    """Every row of one benchmark as a Markdown table, oldest first."""
+    columns = COLUMNS[benchmark]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for record in read_records(benchmark, folder):
+        cells = [record[FIELDS[c]] if c in FIELDS else record["values"].get(c, "") for c in columns]
+        while cells and cells[-1] == "":
+            cells.pop()
+        lines.append("| " + " | ".join("" if c is None else c for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# --- the rows each benchmark script adds ---------------------------------------------------
 
 
 def _date(result: dict[str, Any]) -> str:
     return str(result["host"]["date_utc"]).replace("T", " ").rstrip("Z")
-
-
-def append_row(section: str, row: str, path: Path = PATH) -> None:
-    """Insert ``row`` at the end of ``section``'s table (the section is added if missing)."""
-    marker = f"<!-- rows:{section} -->"
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    if marker not in text:
-        text = text.rstrip("\n") + f"\n\n## {section}\n\n{HEADERS[section]}\n{marker}\n"
-    text = text.replace(marker, f"{row}\n{marker}", 1)
-    path.write_text(text)
 
 
 def _params(params: dict[str, Any], keys: tuple[str, ...]) -> str:
@@ -97,6 +200,10 @@ def _ratio(ours: float | None, theirs: float | None) -> str | None:
     return f"{ours / theirs:.2f}x"
 
 
+def _machine(host: dict[str, Any]) -> str:
+    return machine_line(host)
+
+
 def add_chain3(
     result: dict[str, Any], peer: dict[str, Any] | None, comparison: dict[str, Any] | None = None
 ) -> None:
@@ -111,28 +218,26 @@ def add_chain3(
     peer_cell = (
         f"{theirs.get('workflows_per_s')}, {theirs.get('p50_ms')}" if peer is not None else None
     )
-    row = _row(
-        [
-            _date(result),
-            result["commit"],
-            machine_line(result["host"]),
-            result["variant"],
-            params,
-            med.get("workflows_per_s"),
-            med.get("activities_per_s"),
-            med.get("p50_ms"),
-            med.get("p90_ms"),
-            med.get("p99_ms"),
-            med.get("max_ms"),
-            _cpu_cell(cpu, ("processor", "worker", "broker", "client")),
-            peer_cell,
-            _ratio(med.get("workflows_per_s"), theirs.get("workflows_per_s")),
-            # p50 ratio: ours / theirs, so below 1 means lower (better) latency
-            _ratio(med.get("p50_ms"), theirs.get("p50_ms")),
-            *_comparison_cells(comparison),
-        ]
-    )
-    append_row("chain3", row)
+    cells = [
+        _date(result),
+        result["commit"],
+        _machine(result["host"]),
+        result["variant"],
+        params,
+        med.get("workflows_per_s"),
+        med.get("activities_per_s"),
+        med.get("p50_ms"),
+        med.get("p90_ms"),
+        med.get("p99_ms"),
+        med.get("max_ms"),
+        _cpu_cell(cpu, ("processor", "worker", "broker", "client")),
+        peer_cell,
+        _ratio(med.get("workflows_per_s"), theirs.get("workflows_per_s")),
+        # p50 ratio: ours / theirs, so below 1 means lower (better) latency
+        _ratio(med.get("p50_ms"), theirs.get("p50_ms")),
+        *_comparison_cells(comparison),
+    ]
+    _add("chain3", cells)
 
 
 def _comparison_cells(comparison: dict[str, Any] | None) -> list[str | None]:
@@ -156,74 +261,66 @@ def _x(ratio: float | None) -> str:
 
 def add_restart(result: dict[str, Any]) -> None:
     med = result["median"]
-    row = _row(
-        [
-            _date(result),
-            result["commit"],
-            machine_line(result["host"]),
-            "on" if result["static"] else "off",
-            _params(result["params"], ("repeats", "partitions")),
-            med.get("first_turn_s"),
-            med.get("max_first_turn_s"),
-            med.get("up_s"),
-            med.get("assigned_s"),
-            med.get("handover_s"),
-        ]
-    )
-    append_row("restart", row)
+    cells = [
+        _date(result),
+        result["commit"],
+        _machine(result["host"]),
+        "on" if result["static"] else "off",
+        _params(result["params"], ("repeats", "partitions")),
+        med.get("first_turn_s"),
+        med.get("max_first_turn_s"),
+        med.get("up_s"),
+        med.get("assigned_s"),
+        med.get("handover_s"),
+    ]
+    _add("restart", cells)
 
 
 def add_fanout(result: dict[str, Any]) -> None:
     med = result["median"]
     cpu = med.get("cpu_s", {})
-    row = _row(
-        [
-            _date(result),
-            result["commit"],
-            machine_line(result["host"]),
-            _params(result["params"], ("n", "repeats", "partitions", "worker_concurrency")),
-            med.get("wall_s"),
-            med.get("activities_per_s"),
-            _cpu_cell(cpu, ("processor", "worker", "broker", "client")),
-        ]
-    )
-    append_row("fanout", row)
+    cells = [
+        _date(result),
+        result["commit"],
+        _machine(result["host"]),
+        _params(result["params"], ("n", "repeats", "partitions", "worker_concurrency")),
+        med.get("wall_s"),
+        med.get("activities_per_s"),
+        _cpu_cell(cpu, ("processor", "worker", "broker", "client")),
+    ]
+    _add("fanout", cells)
 
 
 def add_fanout_turns(result: dict[str, Any]) -> None:
     start, end = result["start"], result["end"]
-    row = _row(
-        [
-            _date(result),
-            result["commit"],
-            machine_line(result["host"]),
-            _params(result["params"], ("n", "chunk", "window", "pace_ms", "partitions")),
-            f"{result['open_at_start']} / {result['open_at_end']}",
-            f"{start['turns']} / {end['turns']}",
-            f"{start['processor_cpu_ms_per_turn']} / {end['processor_cpu_ms_per_turn']}",
-            f"{result['start_over_end']}x",
-            f"{start['wall_s']} / {end['wall_s']}",
-            result["wall_s"],
-        ]
-    )
-    append_row("fanout-turns", row)
+    cells = [
+        _date(result),
+        result["commit"],
+        _machine(result["host"]),
+        _params(result["params"], ("n", "chunk", "window", "pace_ms", "partitions")),
+        f"{result['open_at_start']} / {result['open_at_end']}",
+        f"{start['turns']} / {end['turns']}",
+        f"{start['processor_cpu_ms_per_turn']} / {end['processor_cpu_ms_per_turn']}",
+        f"{result['start_over_end']}x",
+        f"{start['wall_s']} / {end['wall_s']}",
+        result["wall_s"],
+    ]
+    _add("fanout-turns", cells)
 
 
 def add_replay(result: dict[str, Any]) -> None:
     for workload in result["workloads"]:
-        row = _row(
-            [
-                _date(result),
-                result["commit"],
-                machine_line(result["host"]),
-                workload["workload"],
-                workload["history_events"],
-                _best(workload, "executor"),
-                _best(workload, "decode"),
-                _best(workload, "decode_replay"),
-            ]
-        )
-        append_row("replay", row)
+        cells = [
+            _date(result),
+            result["commit"],
+            _machine(result["host"]),
+            workload["workload"],
+            workload["history_events"],
+            _best(workload, "executor"),
+            _best(workload, "decode"),
+            _best(workload, "decode_replay"),
+        ]
+        _add("replay", cells)
 
 
 def add_replay_ab(result: dict[str, Any]) -> None:
@@ -233,22 +330,20 @@ def add_replay_ab(result: dict[str, Any]) -> None:
         def pair(measure: str, clock: str = "cpu", w: dict[str, Any] = w) -> str:
             return f"{w[f'before_{measure}_{clock}_ev_s']} / {w[f'after_{measure}_{clock}_ev_s']}"
 
-        row = _row(
-            [
-                _date(result),
-                f"{result['base_commit']} -> {result['commit']}",
-                machine_line(result["host"]),
-                " / ".join(str(x) for x in result["load_average"]),
-                result["params"]["rounds"],
-                w["workload"],
-                w["history_events"],
-                pair("executor"),
-                pair("decode"),
-                f"{pair('decode_replay')} ({w['decode_replay_cpu_ratio']}x)",
-                pair("decode_replay", "wall"),
-            ]
-        )
-        append_row("replay_ab", row)
+        cells = [
+            _date(result),
+            f"{result['base_commit']} -> {result['commit']}",
+            _machine(result["host"]),
+            " / ".join(str(x) for x in result["load_average"]),
+            result["params"]["rounds"],
+            w["workload"],
+            w["history_events"],
+            pair("executor"),
+            pair("decode"),
+            f"{pair('decode_replay')} ({w['decode_replay_cpu_ratio']}x)",
+            pair("decode_replay", "wall"),
+        ]
+        _add("replay_ab", cells)
 
 
 def _best(workload: dict[str, Any], name: str) -> str:
@@ -263,41 +358,37 @@ def add_restore(result: dict[str, Any]) -> None:
     rss = result["rss_mib"]
     restored = rss["restored"]
     per_instance = (cache["rss_full_mib"] - restored) * 1024 / max(cache["cached"], 1)
-    row = _row(
-        [
-            _date(result),
-            result["commit"],
-            machine_line(result["host"]),
-            " / ".join(str(x) for x in result["load_avg"]),
-            _params(result["params"], ("instances", "partitions", "stepped", "cache_instances")),
-            result["records"],
-            result["restore_s"],
-            result["instances_per_s"],
-            f"{result['replica_cpu_s']} / {cpu.get('broker', '-')} / {cpu.get('machine', '-')}",
-            f"{restored} / {cache['rss_full_mib']} / {cache['rss_after_twice_mib']}",
-            cache["cached"],
-            round(per_instance, 2),
-        ]
-    )
-    append_row("restore-replica", row)
+    cells = [
+        _date(result),
+        result["commit"],
+        _machine(result["host"]),
+        " / ".join(str(x) for x in result["load_avg"]),
+        _params(result["params"], ("instances", "partitions", "stepped", "cache_instances")),
+        result["records"],
+        result["restore_s"],
+        result["instances_per_s"],
+        f"{result['replica_cpu_s']} / {cpu.get('broker', '-')} / {cpu.get('machine', '-')}",
+        f"{restored} / {cache['rss_full_mib']} / {cache['rss_after_twice_mib']}",
+        cache["cached"],
+        round(per_instance, 2),
+    ]
+    _add("restore-replica", cells)
 
 
 def add_peers(peers: list[dict[str, Any]], host: dict[str, Any]) -> None:
     for peer in peers:
         med = peer.get("median", {})
-        row = _row(
-            [
-                str(peer.get("host", host).get("date_utc", "")).replace("T", " ").rstrip("Z"),
-                machine_line(host),
-                f"{peer.get('peer')} / {peer.get('variant')}",
-                med.get("workflows_per_s"),
-                med.get("activities_per_s"),
-                med.get("p50_ms"),
-                med.get("p99_ms"),
-                _params(peer.get("params", {}), ("n_throughput", "n_latency", "repeats", "warmup")),
-            ]
-        )
-        append_row("peers", row)
+        cells = [
+            str(peer.get("host", host).get("date_utc", "")).replace("T", " ").rstrip("Z"),
+            _machine(host),
+            f"{peer.get('peer')} / {peer.get('variant')}",
+            med.get("workflows_per_s"),
+            med.get("activities_per_s"),
+            med.get("p50_ms"),
+            med.get("p99_ms"),
+            _params(peer.get("params", {}), ("n_throughput", "n_latency", "repeats", "warmup")),
+        ]
+        _add("peers", cells)
 
 
 def add_scale(result: dict[str, Any]) -> None:
@@ -307,27 +398,25 @@ def add_scale(result: dict[str, Any]) -> None:
         med = entry["median"]
         cpu = med["cpu_ms_per_workflow_throughput"]
         phases = ("step", "produce", "offsets", "commit")
-        row = _row(
-            [
-                _date(result),
-                result["commit"],
-                machine_line(result["host"]),
-                result["load_average"],
-                entry["variant"],
-                f"{entry['partitions']} x {entry['replicas']}",
-                params,
-                med["workflows_per_s"],
-                f"{entry['ratio_wf_s']:.2f}x",
-                med["p50_ms"],
-                f"{entry['ratio_p50']:.2f}x",
-                _cpu_cell(cpu, ("processors", "worker", "broker", "client")),
-                med["transactions_per_s"],
-                med["records_in_per_tx"],
-                med["records_out_per_tx"],
-                " / ".join(str(med[f"{p}_ms_per_tx"]) for p in phases),
-            ]
-        )
-        append_row("scale", row)
+        cells = [
+            _date(result),
+            result["commit"],
+            _machine(result["host"]),
+            result["load_average"],
+            entry["variant"],
+            f"{entry['partitions']} x {entry['replicas']}",
+            params,
+            med["workflows_per_s"],
+            f"{entry['ratio_wf_s']:.2f}x",
+            med["p50_ms"],
+            f"{entry['ratio_p50']:.2f}x",
+            _cpu_cell(cpu, ("processors", "worker", "broker", "client")),
+            med["transactions_per_s"],
+            med["records_in_per_tx"],
+            med["records_out_per_tx"],
+            " / ".join(str(med[f"{p}_ms_per_tx"]) for p in phases),
+        ]
+        _add("scale", cells)
 
 
 #: The segments of one turn's floor, in the order of the chain3-floor table's columns.
@@ -346,16 +435,360 @@ def add_floor(result: dict[str, Any]) -> None:
     """One ``chain3_floor.py`` run: the mean ms per instance of each segment (medians)."""
     med = result["median"]
     segments = med["segments_ms"]
-    row = _row(
-        [
-            _date(result),
-            result["commit"],
-            machine_line(result["host"]),
-            _params(result["params"], ("n", "repeats", "warmup", "partitions", "kafka")),
-            med.get("p50_ms"),
-            med.get("total_mean_ms"),
-            *(segments.get(k) for k in FLOOR_SEGMENTS),
-            med.get("transactions_per_instance"),
-        ]
+    cells = [
+        _date(result),
+        result["commit"],
+        _machine(result["host"]),
+        _params(result["params"], ("n", "repeats", "warmup", "partitions", "kafka")),
+        med.get("p50_ms"),
+        med.get("total_mean_ms"),
+        *(segments.get(k) for k in FLOOR_SEGMENTS),
+        med.get("transactions_per_instance"),
+    ]
+    _add("chain3-floor", cells)
+
+
+# --- the summary -----------------------------------------------------------------------------
+
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def number(cell: str | None) -> float | None:
+    """The first number of a cell (``"4.44x"``, ``"5.8 %"``, ``"83010 (112022)"``)."""
+    found = NUMBER.search(cell or "")
+    return float(found.group()) if found else None
+
+
+def _newest(records: Iterable[Record]) -> Record | None:
+    """The newest record (dates are ISO text, so they sort as they read)."""
+    return max(records, key=lambda r: r["date"] or "", default=None)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A performance target: which rows measure it, and how to read their measurement."""
+
+    benchmark: str
+    label: str
+    target: str
+    limit: float
+    at_most: bool  # the measurement must stay at or under the limit (else at or above it)
+    qualifies: Callable[[Record], bool]
+    measure: Callable[[Record], float | None]
+    shown: Callable[[Record], str]
+    benchmarks: tuple[str, ...] = ()  # where to look, when not only in ``benchmark``
+
+
+def _variant(name: str) -> Callable[[Record], bool]:
+    return lambda r: r["values"].get("variant") == name
+
+
+def _peer_ratio(peer: str) -> Callable[[Record], float | None]:
+    def measure(r: Record) -> float | None:
+        found = re.search(rf"{re.escape(peer)} ([\d.]+)x", r["values"].get(_OTHERS, ""))
+        return float(found.group(1)) if found else None
+
+    return measure
+
+
+def _value(column: str) -> Callable[[Record], float | None]:
+    return lambda r: number(r["values"].get(column))
+
+
+_OTHERS = "ratios to the other peers (wf/s, p50)"
+
+
+def _chain3(variant: str, label: str, target: str, limit: float, **reading: Any) -> Target:
+    measure = reading.get("measure", _value("ratio wf/s"))
+    at_most = reading.get("at_most", False)
+    shown: Callable[[Record], str] = reading.get(
+        "shown",
+        lambda r: f"{r['values']['wf/s']} wf/s, {r['values']['ratio wf/s']} Restate's",
     )
-    append_row("chain3-floor", row)
+    return Target(
+        "chain3",
+        f"chain3 {variant}",
+        target,
+        limit,
+        at_most,
+        lambda r: _variant(variant)(r) and measure(r) is not None,
+        measure,
+        shown,
+    )
+
+
+def _p50_vs_restate(r: Record) -> str:
+    return f"p50 {r['values']['p50 ms']} ms, {r['values']['ratio p50']} Restate's"
+
+
+def _vs_temporal(r: Record) -> str:
+    ratio = _peer_ratio("temporal-activities")(r)
+    return f"{r['values']['wf/s']} wf/s, {ratio:.2f}x Temporal `activities`"
+
+
+def _replay(workload: str) -> Target:
+    return Target(
+        "replay",
+        f"replay {workload}",
+        "decode + executor >= 300,000 events/s per core",
+        300_000,
+        False,
+        lambda r: r["values"].get("workload") == workload,
+        _value("decode + executor ev/s"),
+        lambda r: f"{r['values']['decode + executor ev/s']} events/s (best in brackets)",
+    )
+
+
+def _scale(variant: str) -> Target:
+    return Target(
+        "scale",
+        f"scale {variant}",
+        "32 partitions x 1 replica no slower than 8 x 1",
+        1.0,
+        False,
+        lambda r: _variant(variant)(r) and r["values"].get("partitions x replicas") == "32 x 1",
+        _value("ratio wf/s"),
+        lambda r: f"{r['values']['wf/s']} wf/s, {r['values']['ratio wf/s']} of 8 x 1",
+    )
+
+
+def _instances(count: int) -> Callable[[Record], bool]:
+    return lambda r: f"instances={count}," in r["values"].get("params", "")
+
+
+def _slowest_vs_none(r: Record) -> float | None:
+    return number(r["values"].get("throughput vs none"))
+
+
+def _rate_spread(r: Record) -> float | None:
+    """How far the busiest or quietest 10 s of a rate-limited queue strayed from the limit."""
+    shares = [float(x) for x in re.findall(r"\((\d\.\d+)\)", r["values"].get("variant", ""))]
+    return max(abs(s - 1) for s in shares) if shares else None
+
+
+TARGETS: tuple[Target, ...] = (
+    _chain3("inline", "inline", "wf/s >= 8x Restate", 8.0),
+    _chain3(
+        "inline", "inline", "p50 <= 0.7x Restate", 0.7,
+        measure=_value("ratio p50"), at_most=True, shown=_p50_vs_restate,
+    ),
+    _chain3("activities", "activities", "wf/s >= 3x Restate", 3.0),
+    _chain3(
+        "activities", "activities", "wf/s >= 30x Temporal `activities`", 30.0,
+        measure=_peer_ratio("temporal-activities"), shown=_vs_temporal,
+    ),
+    _chain3(
+        "activities", "activities", "p50 <= 2x Restate", 2.0,
+        measure=_value("ratio p50"), at_most=True, shown=_p50_vs_restate,
+    ),
+    _replay("chain_1000"),
+    _replay("fan_out_1000"),
+    Target(
+        "restore", "restore 100,000 instances", "within 10 s", 10.0, True,
+        _instances(100_000), _value("restore s"),
+        lambda r: f"{r['values']['restore s']} s",
+        benchmarks=("restore", "restore-replica"),
+    ),
+    Target(
+        "restore-replica", "restore 1,000,000 instances", "within 20 s of the replica's CPU",
+        20.0, True, _instances(1_000_000), _value("CPU s: replica / broker / machine"),
+        lambda r: (
+            f"{number(r['values']['CPU s: replica / broker / machine'])} replica CPU-s "
+            f"({r['values']['restore s']} s wall, load {r['load']})"
+        ),
+    ),
+    Target(
+        "idle", "idle engine", "broker + processor + worker <= 2 % of a core", 2.0, True,
+        lambda r: True, _value("together"),
+        lambda r: (
+            f"{r['values']['together']} (broker {r['values']['broker']}, processor "
+            f"{r['values']['processor']}, worker {r['values']['worker']})"
+        ),
+    ),
+    Target(
+        "idle", "idle wake-up", "first workflow after silence <= 1.5x busy p50", 1.5, True,
+        lambda r: True, _value("wake-up / p50"),
+        lambda r: (
+            f"{r['values']['wake-up ms']} ms against {r['values']['busy p50 ms']} ms: "
+            f"{r['values']['wake-up / p50']}x"
+        ),
+    ),
+    _scale("inline"),
+    _scale("activities"),
+    Target(
+        "metrics-overhead", "metrics", "<= 5 % of the processor's CPU per workflow", 5.0, True,
+        lambda r: "%" in r["values"].get("share of 0.33 ms", ""), _value("share of 0.33 ms"),
+        lambda r: f"{r['values']['share of 0.33 ms']} (batch of {r['values']['batch']})",
+    ),
+    Target(
+        "observability-overhead", "traces, every run recorded",
+        "throughput >= 0.95x without", 0.95, False,
+        lambda r: r["values"].get("variant") == "metrics + tracing", _slowest_vs_none,
+        lambda r: f"{r['values']['throughput vs none']}x, CPU {r['values']['CPU vs none']}x",
+    ),
+    Target(
+        "observability-overhead", "traces, 10 % sampled", "throughput >= 0.95x without",
+        0.95, False,
+        lambda r: r["values"].get("variant") == "metrics + tracing, 10 % sampled",
+        _slowest_vs_none,
+        lambda r: f"{r['values']['throughput vs none']}x, CPU {r['values']['CPU vs none']}x",
+    ),
+    Target(
+        "activities", "task queue rate limit", "every 10 s within 10 % of the limit", 0.10,
+        True, lambda r: _rate_spread(r) is not None, _rate_spread,
+        lambda r: f"at most {_rate_spread(r):.1%} off",
+    ),
+)  # fmt: skip
+
+
+def _run_cell(record: Record) -> str:
+    commit = f", {record['commit']}" if record.get("commit") else ""
+    return f"{(record['date'] or '')[:16]}{commit}"
+
+
+def _target_row(target: Target, folder: Path) -> str:
+    names = target.benchmarks or (target.benchmark,)
+    rows = [r for name in names for r in read_records(name, folder) if target.qualifies(r)]
+    newest = _newest(rows)
+    if newest is None:
+        return f"| {target.label} | {target.target} | not measured yet | | |"
+    measured = target.measure(newest)
+    assert measured is not None, (target.label, newest)
+    met = measured <= target.limit if target.at_most else measured >= target.limit
+    return (
+        f"| {target.label} | {target.target} | {target.shown(newest)} | {_run_cell(newest)} "
+        f"| {'**met**' if met else 'not met'} |"
+    )
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A benchmark without a target: its newest run, in one cell."""
+
+    benchmark: str
+    label: str
+    qualifies: Callable[[Record], bool]
+    shown: Callable[[Record], str]
+
+
+READINGS: tuple[Reading, ...] = (
+    Reading(
+        "restart", "restart to first turn (static membership)",
+        lambda r: r["values"].get("static membership") == "on",
+        lambda r: (
+            f"{r['values']['restart-to-first-turn s (median)']} s; clean-stop handover "
+            f"{r['values']['clean-stop handover s']} s"
+        ),
+    ),
+    Reading(
+        "fanout", "fan-out of 1,000 activities", lambda r: True,
+        lambda r: f"{r['values']['wall s (median)']} s, {r['values']['activities/s']} activities/s",
+    ),
+    Reading(
+        "fanout-turns", "one turn of a fan-out of 100,000 activities, start / end of it",
+        lambda r: True,
+        lambda r: (
+            f"{r['values']['processor CPU ms per turn: start / end']} ms of processor CPU "
+            f"({r['values']['start / end']}; 1.0x is flat)"
+        ),
+    ),
+    Reading(
+        "chain3-floor", "one inline workflow, start to result", lambda r: True,
+        lambda r: (
+            f"p50 {r['values']['p50 ms']} ms; transaction {r['values']['txn send_offsets']} "
+            f"+ {r['values']['txn commit']} ms of the mean {r['values']['mean ms']} ms"
+        ),
+    ),
+    Reading(
+        "peers", "Restate workflow (peer)",
+        lambda r: r["values"].get("peer / variant") == "restate / workflow",
+        lambda r: f"{r['values']['wf/s']} wf/s, p50 {r['values']['p50 ms']} ms",
+    ),
+    Reading(
+        "cluster-faults", "3-broker cluster: longest pause",
+        lambda r: True,
+        lambda r: (
+            f"{r['values']['SIGKILL the busiest leader s']} s (leader killed), "
+            f"{r['values']['restart it s']} s (restarted), "
+            f"{r['values']['rolling restart, broker 1 / 2 / 3 s']} s (rolling restart)"
+        ),
+    ),
+)  # fmt: skip
+
+
+def _reading_row(reading: Reading, folder: Path) -> str:
+    newest = _newest(r for r in read_records(reading.benchmark, folder) if reading.qualifies(r))
+    if newest is None:
+        return f"| {reading.label} | not measured yet | |"
+    return f"| {reading.label} | {reading.shown(newest)} | {_run_cell(newest)} |"
+
+
+def _machines(folder: Path) -> list[str]:
+    """The machines of the runs the summary shows."""
+    shown: list[Record | None] = []
+    for target in TARGETS:
+        names = target.benchmarks or (target.benchmark,)
+        rows = [r for name in names for r in read_records(name, folder) if target.qualifies(r)]
+        shown.append(_newest(rows))
+    for reading in READINGS:
+        rows = [r for r in read_records(reading.benchmark, folder) if reading.qualifies(r)]
+        shown.append(_newest(rows))
+    return sorted({r["machine"] for r in shown if r is not None and r.get("machine")})
+
+
+def summary_markdown(folder: Path = RESULTS_DIR) -> str:
+    """RESULTS.md: the newest numbers against the targets, generated from the data files."""
+    benchmarks = sorted(p.stem for p in folder.glob("*.jsonl"))
+    rows = sum(len(read_records(name, folder)) for name in benchmarks)
+    machines = "; ".join(_machines(folder))
+    lines = [
+        "# Benchmark results",
+        "",
+        "<!-- Generated by benchmarks/results_md.py from benchmarks/results/*.jsonl:"
+        " do not edit by hand. -->",
+        "",
+        "The newest run of each benchmark against the performance targets. The reference",
+        "machine has 2 cores shared by the broker, the engine and the client (and often other",
+        "work), so compare runs of the same day and peers only as ratios measured in one run.",
+        f"What limits each number, and the dated analyses: [Performance]({NOTES}/index.md).",
+        "",
+        "| benchmark | target | newest | run (UTC, commit) | |",
+        "|---|---|---|---|---|",
+        *(_target_row(t, folder) for t in TARGETS),
+        "",
+        "| without a target | newest | run (UTC, commit) |",
+        "|---|---|---|",
+        *(_reading_row(r, folder) for r in READINGS),
+        "",
+        *textwrap.wrap(f"Machines of these runs: {machines}.", 90),
+        "",
+        f"Every row ever recorded ({rows} in all) is in `benchmarks/results/<benchmark>.jsonl`,",
+        "one JSON object a line: date, commit, machine, load, and the row's values;",
+        "`.venv/bin/python benchmarks/results_md.py --table NAME` prints one benchmark's rows",
+        "as a table. `benchmarks/run_all.py` runs the benchmarks, adds their rows and writes",
+        "this page again.",
+        *textwrap.wrap("Benchmarks: " + ", ".join(benchmarks) + ".", 90, break_on_hyphens=False),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if RESULTS.md is stale")
+    parser.add_argument("--table", metavar="BENCHMARK", help="print one benchmark's rows")
+    args = parser.parse_args(argv)
+    if args.table:
+        print(table_markdown(args.table), end="")
+        return 0
+    text = summary_markdown()
+    if args.check:
+        if PATH.read_text(encoding="utf-8") != text:
+            print(f"{PATH} is not what the data gives; run {__file__}", file=sys.stderr)
+            return 1
+        return 0
+    PATH.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,7 +1,7 @@
 """Every benchmark in one command: chain3 (inline, activities), fan-out, replay, restore,
 restart, scale.
 
-    .venv/bin/python benchmarks/run_all.py            # full sizes, appends to RESULTS.md
+    .venv/bin/python benchmarks/run_all.py            # full sizes, adds to benchmarks/results/
     .venv/bin/python benchmarks/run_all.py --peers    # also Restate, DBOS, Temporal: ratios
     .venv/bin/python benchmarks/run_all.py --quick    # reduced sizes: a smoke run
 
@@ -155,7 +155,7 @@ def write_results_md(out: dict[str, Any], peer_results: dict[str, Any]) -> None:
         results_md.add_scale(out["scale"])
     if peer_results:
         results_md.add_peers(list(peer_results.values()), host_info())
-    progress(f"rows appended to {results_md.PATH}")
+    progress(f"rows added to {results_md.RESULTS_DIR}, {results_md.PATH} written again")
 
 
 def summary(out: dict[str, Any], peer_outcome: dict[str, Any] | None) -> dict[str, Any]:

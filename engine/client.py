@@ -447,8 +447,8 @@ class Client(ScheduleMethods):
         return InstancePage([InstanceState(s) for s in page.items], page.next_page_token)
 
     def versions(self, name: str | None = None) -> list[VersionCount]:
-        """How many instances run each workflow version, open and ended (README
-        "Changing code": a version without open instances can be removed)."""
+        """How many instances run each workflow version, open and ended (a version without
+        open instances can be removed: docs/how-to/change-code.md)."""
         return self._start_reader().versions(name)
 
     def wait_for_start(self, instance_id: str, timeout: float | None = None) -> InstanceState:

@@ -82,7 +82,7 @@ def explain_connection_error(bootstrap_servers: str, detail: str) -> str:
         return (
             f"something at {bootstrap_servers} answered but not as a Kafka broker (or it expects "
             f"TLS/SASL); check the port, and for a secured cluster set security.protocol and "
-            f"the sasl.*/ssl.* settings (README: managed Kafka)"
+            f"the sasl.*/ssl.* settings (docs/how-to/security-and-clusters.md)"
         )
     # before the TLS test: a SASL_SSL failure names "sasl_ssl://" whatever went wrong
     if "authentic" in lowered:

@@ -36,7 +36,9 @@ __all__ = ["register"]
 
 EXIT_FAILED = 1
 EXIT_TIMEOUT = 124
-VERSION_HELP = "workflow version (default: the workflow's default version, README 'Changing code')"
+VERSION_HELP = (
+    "workflow version (default: the workflow's default version, docs/how-to/change-code.md)"
+)
 
 
 def register(subparsers: SubParsers) -> None:

@@ -78,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="turnstile",
         description="Turnstile: a durable workflow engine for Python, event-sourced on Kafka.",
+        epilog=(
+            "Every command has --help. The documentation (tutorial, guides, reference) is "
+            "docs/ of the source tree; from a checkout, '.venv/bin/mkdocs serve' serves it "
+            "on http://127.0.0.1:8000."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"turnstile {__version__}")
     parser.add_argument(

@@ -1,9 +1,9 @@
 """The Kafka ACLs each engine role needs: nothing more than the operations it uses.
 
-One list serves three purposes: the README prints it as ``kafka-acls.sh`` commands, the
-security test creates exactly these ACLs on a broker with an authorizer and runs the engine
-under them, and ``topics.toml`` names stay the single source of the topic names. Pure data:
-no Kafka client is imported here.
+One list serves three purposes: docs/how-to/security-and-clusters.md prints it as
+``kafka-acls.sh`` commands, the security test creates exactly these ACLs on a broker with an
+authorizer and runs the engine under them, and ``topics.toml`` names stay the single source
+of the topic names. Pure data: no Kafka client is imported here.
 
 Roles:
 

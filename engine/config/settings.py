@@ -249,7 +249,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
         if key not in known:
             raise ConfigurationError(
                 f"unknown environment variable {key}{_did_you_mean(key, [*known, *OTHER_ENV])}; "
-                f"unset it or fix its name (README: settings)"
+                f"unset it or fix its name (docs/reference/settings.md)"
             )
         out[known[key]] = value
     return out

@@ -330,8 +330,8 @@ class WorkflowContext:
         is recorded in history) and on replay of a history that recorded the marker at
         this point; False when replaying a history recorded before the patch, so running
         instances keep the old path. Every call with the same id in a generation gets the
-        same answer. README "Changing code" shows the three steps from ``patched`` through
-        :meth:`deprecate_patch` to removing the call.
+        same answer. docs/how-to/change-code.md shows the three steps from ``patched``
+        through :meth:`deprecate_patch` to removing the call.
         """
         return self._gen.patched(_patch_id(patch_id))
 

@@ -41,7 +41,8 @@ class WorkflowDefinition:
     version: str
     fn: WorkflowFn
     takes_input: bool = True
-    #: Exception types that fail the instance on purpose (others park it: see README).
+    #: Exception types that fail the instance on purpose (others park it:
+    #: docs/how-to/handle-failures.md).
     failure_types: tuple[type[BaseException], ...] = ()
     #: At most this many running instances per concurrency key its starts name (0: none).
     max_concurrency_per_key: int = 0
@@ -168,7 +169,8 @@ class Registry:
         """Register an ``async def`` workflow; usable bare or as ``@workflow(name=...)``.
 
         ``failure_types``: exceptions that fail the instance when they escape the code;
-        other unexpected exceptions park it until fixed code is deployed (README).
+        other unexpected exceptions park it until fixed code is deployed
+        (docs/how-to/handle-failures.md).
         ``max_concurrency_per_key``: at most this many instances run at once per
         ``concurrency_key`` their starts name; further starts wait, in order, as PENDING.
         ``default``: starts that name no version run this version (else the newest does).
@@ -534,5 +536,6 @@ class _Activity:
 
 
 activity = _Activity()
-"""Register an activity in :data:`default_registry` (``task_queue``: see README); also
-``activity.heartbeat(details)`` and ``activity.is_cancelled()`` for activity code."""
+"""Register an activity in :data:`default_registry` (``task_queue``: see
+docs/how-to/task-queues.md); also ``activity.heartbeat(details)`` and
+``activity.is_cancelled()`` for activity code."""

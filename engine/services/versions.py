@@ -1,5 +1,5 @@
 """How many instances run each workflow version: what an operator checks before removing
-old code (README "Changing code").
+old code (docs/how-to/change-code.md).
 
 An instance stays on the version it started with (recorded in its ``ExecutionStarted`` and
 its status), so a version can be removed once no open instance runs it - and, if the

@@ -4,8 +4,7 @@
 in-memory store, runs real activity functions (or replacements the test passes, such as
 :func:`takes` fakes that last a declared span of engine time) and the triggers' mapping,
 and skips time when nothing runs: waiting for a result jumps to the next due timer, while
-a running activity moves engine time with the wall clock. See the README, "Testing
-workflows".
+a running activity moves engine time with the wall clock. See docs/how-to/testing.md.
 """
 
 from engine.testing.engine import ManualClock, TestEngine

@@ -7,7 +7,7 @@ controller; the engine's topics get replication factor 3 and ``min.insync.replic
 of mixed workflows (activities, timers, events) runs throughout. Afterwards every workflow
 completed once with the right output, the history topic has no duplicated or missing event,
 ``history verify --all`` and ``audit state`` pass, and no engine process was restarted. How
-long completions paused at each fault is printed (``-s``) and kept in benchmarks/RESULTS.md.
+long completions paused at each fault is printed (``-s``) and kept in benchmarks/results/.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ def test_a_broker_outage_of_a_minute_is_ridden_out_by_every_engine_process(
             _load(engine, 2000, 1, probe)
             engine.wait_for_completion(next(iter(probe)), 240)
             # How soon work resumes is measured, not asserted (a shared machine's timings):
-            # benchmarks/RESULTS.md "cluster faults" records it.
+            # the "cluster faults" notes of docs/explanation/performance/ record it.
             resumed = time.monotonic() - back
             print(f"\nfirst workflow done {resumed:.2f} s after the broker was back")
             expected.update(probe)

@@ -3,7 +3,7 @@
 The certificates are made here with ``openssl``: a CA, and a broker certificate for
 127.0.0.1 signed by it. The broker's client listener speaks SASL_SSL with SCRAM-SHA-512 and
 runs Kafka's StandardAuthorizer, denying whatever no ACL allows. Each engine role gets a user
-of its own and exactly the ACLs ``engine.config.acls`` lists for it (the list the README
+of its own and exactly the ACLs ``engine.config.acls`` lists for it (the list the docs
 prints as kafka-acls commands); the processor, the worker and the client then run a workflow
 with activities end to end, configured only through the engine's settings. The same users
 are refused what their role does not need, and a wrong password or a plaintext client gets

@@ -1,4 +1,4 @@
-"""The ACL list the README prints is the one the engine's roles are tested with."""
+"""The ACL list the docs print is the one the engine's roles are tested with."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ import pytest
 from engine.cli.main import main
 from engine.config.acls import ROLES, Acl, kafka_acls_commands, required_acls
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "security-and-clusters.md"
 
 
-def _readme_acl_block() -> str:
-    text = README.read_text(encoding="utf-8")
+def _docs_acl_block() -> str:
+    text = PAGE.read_text(encoding="utf-8")
     start = text.index("```text\n# processor\n") + len("```text\n")
     return text[start : text.index("```", start)]
 
 
-def test_the_readme_lists_exactly_what_topics_acls_prints_for_every_role(
+def test_the_docs_list_exactly_what_topics_acls_prints_for_every_role(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     lines = []
@@ -27,7 +27,7 @@ def test_the_readme_lists_exactly_what_topics_acls_prints_for_every_role(
         assert main([*argv, "--namespace", "turnstile"]) == 0
         lines += [f"# {role}", *capsys.readouterr().out.splitlines()]
         assert lines[-1] == kafka_acls_commands("turnstile", role, f"User:turnstile-{role}")[-1]
-    assert _readme_acl_block() == "\n".join(lines) + "\n"
+    assert _docs_acl_block() == "\n".join(lines) + "\n"
 
 
 def test_kafka_acls_arguments_use_the_tools_spelling() -> None:

@@ -1,5 +1,5 @@
-"""engine.testing: the README's example runs as written, and time skipping fires timers in
-order with ctx.now() following the clock."""
+"""engine.testing: the example of docs/how-to/testing.md runs as written, and time skipping
+fires timers in order with ctx.now() following the clock."""
 
 from __future__ import annotations
 
@@ -17,16 +17,14 @@ from engine.core.history import RuntimeStatus, TimerFired
 from engine.services.processor.protocol import Step
 from engine.testing import TestEngine
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+TESTING_PAGE = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "testing.md"
 
 
-def test_the_readme_example_runs() -> None:
-    text = README.read_text()
-    section = text.split("## Testing workflows", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None, "README: the Testing workflows section lost its example"
-    namespace: dict[str, Any] = {"__name__": "readme_example"}
-    exec(compile(code.group(1), "README.md", "exec"), namespace)
+def test_the_testing_page_example_runs() -> None:
+    code = re.search(r"```python\n(.*?)```", TESTING_PAGE.read_text(), re.S)
+    assert code is not None, "docs/how-to/testing.md lost its example"
+    namespace: dict[str, Any] = {"__name__": "docs_example"}
+    exec(compile(code.group(1), "testing.md", "exec"), namespace)
     namespace["test_onboarding"]()
 
 

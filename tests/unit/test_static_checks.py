@@ -24,7 +24,11 @@ def _run(*command: str) -> None:
 
 
 def test_ruff() -> None:
-    _run("ruff", "check", *[p for p in ("engine", "tests", "benchmarks") if (ROOT / p).is_dir()])
+    _run(
+        "ruff",
+        "check",
+        *[p for p in ("engine", "tests", "benchmarks", "docs") if (ROOT / p).is_dir()],
+    )
 
 
 def test_mypy_strict() -> None:

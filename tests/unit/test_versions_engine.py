@@ -120,7 +120,7 @@ STEPS = ("old", "patched", "deprecated", "removed")
 
 
 def shipping(step: str) -> Registry:
-    """One workflow through the README's migration: ship by post, then by courier."""
+    """One workflow through the migration of docs/how-to/change-code.md: post, then courier."""
     registry = Registry()
 
     @registry.activity(name="ship.post")
@@ -236,9 +236,8 @@ def test_replay_check_verifies_old_and_patched_histories(
     assert "DIVERGED after-patch" in out and "PatchMarker(patch_id='courier')" in out
 
 
-def test_the_readme_patching_example_runs() -> None:
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = text.split("## Changing code", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None, "README: the Changing code section lost its example"
-    exec(compile(code.group(1), "README.md", "exec"), {"__name__": "readme_changing_code"})
+def test_the_docs_patching_example_runs() -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "change-code.md"
+    code = re.search(r"```python\n(.*?)```", page.read_text(), re.S)
+    assert code is not None, "docs/how-to/change-code.md lost its example"
+    exec(compile(code.group(1), "change-code.md", "exec"), {"__name__": "docs_changing_code"})

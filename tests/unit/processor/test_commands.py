@@ -143,7 +143,7 @@ def test_suspend_resume_and_terminate_sent_twice_are_applied_once(env: TestEngin
 
 
 def test_a_purge_sent_again_finds_nothing_to_purge(env: TestEngine) -> None:
-    # the purge removed the window with the rest of the instance's state (README)
+    # the purge removed the window with the rest of the instance's state (docs: commands.md)
     env.start("echo", "x", instance_id="p")
     env.run()
     purged = env.purge("p", request_id="pu")

@@ -151,7 +151,8 @@ def test_an_empty_patch_id_is_refused() -> None:
 def test_every_history_replays_through_the_migration(steps: int, data: st.DataObject) -> None:
     """Old code runs ``before`` activities; patched code takes over. The patched code
     replays every history; deprecate_patch and the final code replay exactly the ones that
-    took the new path (so the README's waiting rules are the whole story)."""
+    took the new path (so the waiting rules of docs/how-to/change-code.md are the whole
+    story)."""
     at = data.draw(st.integers(min_value=0, max_value=steps - 1), label="patch at")
     before = data.draw(st.integers(min_value=0, max_value=steps), label="old answers")
     old = drive(program(steps, at, OLD), [], answers=before)
