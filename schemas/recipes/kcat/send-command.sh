@@ -25,7 +25,8 @@ if [ "$kind" = start ]; then
     body="{\"io.turnstile.command.StartWorkflow\": {\"name\": \"$name\", \"input\": $payload,
         \"version\": \"\", \"reuse_policy\": \"ERROR_IF_RUNNING\", \"request_id\": \"$request_id\",
         \"scheduled_start_ms\": null, \"tags\": {}, \"parent_instance_id\": null,
-        \"parent_generation\": null, \"parent_task_id\": null, \"concurrency_key\": \"\"}}"
+        \"parent_generation\": null, \"parent_task_id\": null, \"concurrency_key\": \"\",
+        \"parent_run_id\": \"\"}}"
 else
     body="{\"io.turnstile.command.RaiseEvent\": {\"name\": \"$name\", \"input\": $payload,
         \"request_id\": \"$request_id\"}}"
