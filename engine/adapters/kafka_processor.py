@@ -45,11 +45,13 @@ from confluent_kafka import (
 
 from engine.adapters.kafka_admin import TaskQueueTopics
 from engine.adapters.kafka_config import (
+    admin_config,
     consumer_config,
     group_membership,
     transactional_producer_config,
 )
 from engine.adapters.kafka_deadline import ends_process_if_stuck
+from engine.adapters.kafka_fencing import Fencing, stamped
 from engine.adapters.kafka_io import (
     AbortedTransaction,
     Delivered,
@@ -210,6 +212,12 @@ class ProcessorRunner:
         self._wire = connect_schema_registry(settings)
         self._consumer = self._new_consumer()
         self._producer = self._new_producer()
+        self._fencing = Fencing(
+            self._client_id,
+            settings.processor_group,
+            producer=self._producer_config(),
+            admin=admin_config(settings.bootstrap_servers) | settings.extra_kafka,
+        )
 
     def _new_consumer(self) -> Consumer:
         settings = self.settings
@@ -219,11 +227,16 @@ class ProcessorRunner:
         config.update(PROCESSOR_CONSUMER)
         config.update(group_membership(settings.replica_id, static=settings.static_membership))
         config.update(settings.extra_kafka)
+        #: The name the group knows this replica's consumer by (see kafka_fencing).
+        self._member = str(config.get("client.id", self._client_id))
         return Consumer(config)
 
     def _new_producer(self) -> TransactionalProducer:
         """A transactional producer under the replica's id; its ``init_transactions`` fences
         any earlier one and aborts what that left open."""
+        return TransactionalProducer(self._producer_config(), self._client_id)
+
+    def _producer_config(self) -> dict[str, Any]:
         config = transactional_producer_config(
             self.settings.bootstrap_servers, self._client_id, transaction_timeout_ms=10_000
         )
@@ -239,7 +252,7 @@ class ProcessorRunner:
             }
             | self.settings.extra_kafka
         )
-        return TransactionalProducer(config, self._client_id)
+        return config
 
     @functools.cached_property
     def _queues(self) -> TaskQueueTopics:
@@ -270,8 +283,12 @@ class ProcessorRunner:
         finally:
             self.close()
 
+    @property
+    def _inputs(self) -> list[str]:
+        return [self.topics.commands, self.topics.activity_results, self.topics.instance_messages]
+
     def _subscribe(self) -> None:
-        inputs = [self.topics.commands, self.topics.activity_results, self.topics.instance_messages]
+        inputs = self._inputs
         self._consumer.subscribe(inputs, on_assign=self._assigned, on_revoke=self._revoked)
         log.info("processor %s consuming %s", self.settings.replica_id, ", ".join(inputs))
 
@@ -498,8 +515,13 @@ class ProcessorRunner:
                 self.lag[(tp.topic, tp.partition)] = max(high - tp.offset, 0)
 
     def _consumed_positions(self) -> list[TopicPartition]:
-        """The offset after the last record accepted into the batch, per input partition."""
-        return [TopicPartition(t, p, offset) for (t, p), offset in self._batch_next.items()]
+        """The offset after the last record accepted into the batch, per input partition,
+        naming this replica as their owner (kafka_fencing)."""
+        return stamped(
+            [TopicPartition(t, p, offset) for (t, p), offset in self._batch_next.items()],
+            self._client_id,
+            self._member,
+        )
 
     def _changelog_offsets(self, delivered: list[Delivered]) -> dict[int, dict[str, int]]:
         names = {
@@ -561,6 +583,10 @@ class ProcessorRunner:
 
     def _assigned(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
         new = sorted({tp.partition for tp in assigned} - set(self.partitions))
+        if new:  # before the restore, which would wait for what a dead owner left open
+            self._fencing.fence_departed(
+                consumer, [TopicPartition(t, p) for t in self._inputs for p in new]
+            )
         opened = {p: self._open_partition(p) for p in new}
         try:
             self._restore(opened)
