@@ -60,6 +60,7 @@ from engine.adapters.kafka_io import (
     poll_batch,
 )
 from engine.adapters.kafka_isolation import Produced, produce_batch, refused_in_delivery
+from engine.adapters.kafka_liveness import LivenessWatch
 from engine.adapters.kafka_recovery import Recovery
 from engine.adapters.kafka_restore import RestoreInterrupted, RestoreReport, restore_tables
 from engine.adapters.rocks_store import RocksPartitionStore
@@ -229,6 +230,7 @@ class ProcessorRunner:
         config.update(settings.extra_kafka)
         #: The name the group knows this replica's consumer by (see kafka_fencing).
         self._member = str(config.get("client.id", self._client_id))
+        self._consumer_config = config
         return Consumer(config)
 
     def _new_producer(self) -> TransactionalProducer:
@@ -267,6 +269,7 @@ class ProcessorRunner:
         within the bounds of :class:`Recovery`; anything else stops the replica."""
         self._stop = stop
         self._subscribe()
+        watch = self._watch_peers()
         try:
             while not stop.is_set():
                 try:
@@ -282,6 +285,19 @@ class ProcessorRunner:
                     self._recovery.succeeded(self.progress.transactions + self.progress.restores)
         finally:
             self.close()
+            if watch is not None:
+                watch.stop(left=True)
+
+    def _watch_peers(self) -> LivenessWatch | None:
+        """Write this replica's liveness records and evict a silent peer (kafka_liveness);
+        none when turned off or without static membership (nothing to evict by)."""
+        if not (self.settings.liveness_interval_ms and self.settings.static_membership):
+            return None
+        watch = LivenessWatch(
+            self.settings, self.topics.replicas, self._member, self._inputs, self._consumer_config
+        )
+        watch.start()
+        return watch
 
     @property
     def _inputs(self) -> list[str]:

@@ -76,7 +76,8 @@ def _processor(t: TopicNames, namespace: str) -> list[Acl]:
     reads = [t.commands, t.activity_results, t.instance_messages]
     reads += [t.state_changelog, t.timer_changelog]
     writes = [t.history, t.status, t.command_outcomes, t.state_changelog, t.timer_changelog]
-    writes += [t.instance_messages, t.dead_letters]
+    writes += [t.instance_messages, t.dead_letters, t.replicas]
+    reads += [t.replicas]
     return [
         *(Acl("topic", name, "READ") for name in reads),
         *(Acl("topic", name, "WRITE") for name in writes),

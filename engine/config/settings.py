@@ -73,6 +73,12 @@ class Settings:
     #: replica id / worker id): a crashed one that restarts gets its partitions back at once
     #: instead of after the session timeout.
     static_membership: bool = True
+    #: Processor replicas write a liveness record this often (0: not at all) and evict a
+    #: peer silent for ``liveness_timeout_ms`` from the group at once, instead of after the
+    #: group's 10 s session timeout. Keep the timeout above the longest stall a healthy
+    #: replica may have: a false alarm costs a rebalance and a recovery.
+    liveness_interval_ms: int = 500
+    liveness_timeout_ms: int = 1500
     modules: tuple[str, ...] = ()
     #: librdkafka settings added to every Kafka client (security, tuning): ``[kafka]`` in
     #: the TOML file, ``--kafka KEY=VALUE`` flags, or ``TURNSTILE_EXTRA_KAFKA``.
@@ -375,6 +381,8 @@ _CHECKS: dict[str, Callable[[str, Any], str | None]] = {
     "dedup_window_ms": _not_negative,
     "retention_ms": _not_negative,
     "cache_instances": _positive,
+    "liveness_interval_ms": _not_negative,
+    "liveness_timeout_ms": _positive,
     "worker_concurrency": _positive,
     "worker_id": _not_empty,
     "connect_timeout_ms": _positive,
@@ -405,6 +413,14 @@ def _validate(settings: Settings) -> None:
                 f"{problem} (setting {name}: --{name.replace('_', '-')} or {env_name(name)})"
             )
     settings.limits  # noqa: B018 - raises ConfigurationError when the limits do not fit
+    if settings.liveness_interval_ms and (
+        settings.liveness_timeout_ms < 2 * settings.liveness_interval_ms
+    ):
+        raise ConfigurationError(
+            f"liveness_timeout_ms={settings.liveness_timeout_ms} must be at least twice "
+            f"liveness_interval_ms={settings.liveness_interval_ms}: one late record must not "
+            f"get a replica evicted; raise the timeout or lower the interval"
+        )
     if settings.parked_events_max_bytes > settings.max_record_bytes // 2:
         raise ConfigurationError(
             f"parked_events_max_bytes={settings.parked_events_max_bytes} must be at most half "

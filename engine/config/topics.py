@@ -56,6 +56,7 @@ class TopicNames:
     timer_changelog: str
     dead_letters: str
     command_outcomes: str
+    replicas: str
 
     def names(self) -> tuple[str, ...]:
         return tuple(getattr(self, f.name) for f in fields(self))

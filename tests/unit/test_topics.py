@@ -48,7 +48,7 @@ def test_names_are_namespaced() -> None:
     assert names.commands == "shop.commands"
     assert names.activity_tasks == "shop.activity-tasks"
     assert names.state_changelog == "shop.state-changelog"
-    assert len(set(names.names())) == len(logical_names()) == 10
+    assert len(set(names.names())) == len(logical_names()) == 11
     with pytest.raises(ConfigurationError):
         topic_names("")
 
@@ -58,14 +58,15 @@ def test_spec_declares_every_topic_once() -> None:
     assert sorted(t.name for t in SPEC.topics) == sorted(logical_names())
     assert set(SPEC.copartitioned) == COPARTITIONED
     compacted = {t.name for t in SPEC.topics if t.config["cleanup.policy"] == "compact"}
-    assert compacted == {"status", "state-changelog", "timer-changelog"}
+    assert compacted == {"status", "state-changelog", "timer-changelog", "replicas"}
     assert SPEC.topic("history").config["retention.ms"] == "-1"
 
 
 def test_desired_state_follows_settings() -> None:
     desired = {t.logical: t for t in desired_topics(SPEC, SETTINGS)}
     assert desired["history"].name == "shop.history"
-    assert {t.partitions for t in desired.values()} == {12}
+    assert {t.partitions for t in desired.values() if t.logical != "replicas"} == {12}
+    assert desired["replicas"].partitions == 1  # one record per replica: one partition
     assert {t.replication_factor for t in desired.values()} == {3}
     assert desired["status"].config["min.insync.replicas"] == "2"
     single = desired_topics(SPEC, dataclasses.replace(SETTINGS, replication_factor=1))
