@@ -100,6 +100,10 @@ COLUMNS: dict[str, list[str]] = {
         "restart-to-first-turn s (median)", "max s", "process up s", "partitions restored s",
         "clean-stop handover s",
     ],
+    "failover": [
+        "date (UTC)", "commit", "machine", "case", "params", "resumed s: p50 / max",
+        "other replica's longest gap s (before: load alone)",
+    ],
     "cluster-faults": [
         "date (UTC)", "commit", "SIGKILL the busiest leader s", "restart it s",
         "rolling restart, broker 1 / 2 / 3 s", "test wall time",
@@ -274,6 +278,19 @@ def add_restart(result: dict[str, Any]) -> None:
         med.get("handover_s"),
     ]
     _add("restart", cells)
+
+
+def add_failover(result: dict[str, Any]) -> None:
+    cells = [
+        _date(result),
+        result["commit"],
+        _machine(result["host"]),
+        result["case"],
+        _params(result["params"], ("instances", "partitions", "every_ms")),
+        f"{result['resumed_p50_s']} / {result['resumed_max_s']}",
+        f"{result['others_longest_gap_s']} ({result['others_gap_before_s']})",
+    ]
+    _add("failover", cells)
 
 
 def add_fanout(result: dict[str, Any]) -> None:
@@ -679,6 +696,11 @@ READINGS: tuple[Reading, ...] = (
             f"{r['values']['restart-to-first-turn s (median)']} s; clean-stop handover "
             f"{r['values']['clean-stop handover s']} s"
         ),
+    ),
+    Reading(
+        "failover", "failover: SIGKILL / SIGTERM to partitions resumed (max)",
+        lambda r: r["values"].get("case") == "SIGKILL, liveness",
+        lambda r: f"SIGKILL {r['values']['resumed s: p50 / max']} s (p50 / max)",
     ),
     Reading(
         "fanout", "fan-out of 1,000 activities", lambda r: True,

@@ -48,6 +48,8 @@ __all__ = ["LivenessWatch"]
 
 log = logging.getLogger("engine.processor")
 
+#: How often a peer's silence is checked between this replica's own records.
+CHECK_S = 0.1
 #: How long taking a silent replica's place in the group may take before giving up.
 EVICT_TIMEOUT_S = 10.0
 
@@ -98,9 +100,7 @@ class LivenessWatch:
         try:
             while not self._stop.is_set():
                 self._beat()
-                self._read(consumer, time.monotonic() + self.interval_s)
-                for replica in self.peers.to_act_on(time.monotonic()):
-                    self._act_on(replica)
+                self._watch(consumer, time.monotonic() + self.interval_s)
         finally:
             consumer.close()
 
@@ -126,9 +126,13 @@ class LivenessWatch:
         except (KafkaException, BufferError) as exc:
             log.warning("liveness: could not write this replica's record: %s", exc)
 
-    def _read(self, consumer: Consumer, until: float) -> None:
+    def _watch(self, consumer: Consumer, until: float) -> None:
+        """Read peers' records until ``until``, acting on a silent peer as soon as its
+        silence passes the timeout (checked every :data:`CHECK_S`)."""
         while (left := until - time.monotonic()) > 0 and not self._stop.is_set():
-            message = consumer.poll(left)
+            for replica in self.peers.to_act_on(time.monotonic()):
+                self._act_on(replica)
+            message = consumer.poll(min(left, CHECK_S))
             key = None if message is None or message.error() is not None else message.key()
             if message is None or key is None:
                 continue

@@ -97,10 +97,13 @@ CLOSE_S = 60.0
 
 #: A short session so a crashed replica's partitions move on quickly; heartbeats well
 #: inside it (the fetch wait is the default: the broker answers a fetch as records arrive).
+#: A member learns that a rebalance started from its next heartbeat's answer, so the
+#: interval bounds how long the others wait for it when partitions move (a failover's
+#: rebalance included): 300 ms, three or so small requests a second per replica.
 PROCESSOR_CONSUMER = {
     "max.poll.interval.ms": 300_000,
     "session.timeout.ms": 10_000,
-    "heartbeat.interval.ms": 1_000,
+    "heartbeat.interval.ms": 300,
 }
 
 #: The processor producer's longest retry backoff (ms): see ``_new_producer``.

@@ -1,0 +1,255 @@
+"""Failover: how long a processor replica's partitions stand still when it dies or stops,
+and whether the other replica's partitions pause meanwhile.
+
+Per case: two replicas (``python -m engine run processor``, as deployed) share the
+partitions; ``--instances`` workflows are run first so the tables hold state; then a load
+of ``chain3.inline`` workflows arrives on every partition (one every ``--every-ms`` per
+partition, ids chosen per partition) while one replica is SIGKILLed or SIGTERMed. Every
+committed turn writes a status record, so the status topic's record timestamps say when
+each partition committed: ``resumed`` is, per partition the stopped replica owned, the time
+from the signal to that partition's first status record after it (p50 and max over those
+partitions); ``others' longest gap`` is the longest silence between status records on the
+other replica's partitions from the signal on (their load arrives every ``--every-ms``, so
+about that means they never paused). The cases: SIGKILL with liveness (the peer evicts the
+dead replica and fences it), SIGKILL without liveness (the group's 10 s session timeout),
+SIGTERM (the replica leaves the group itself).
+
+    .venv/bin/python benchmarks/failover.py [--instances 20000] [--bootstrap-servers HOST:PORT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import harness
+from common import REPO, emit, git_commit, host_info, median, progress
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from engine.adapters.kafka_config import consumer_config, expected_partition
+from engine.adapters.kafka_io import log_end_offsets
+from engine.client import Client
+from engine.config.settings import Settings
+from engine.config.topics import topic_names
+
+MODULE = "engine.examples.chain3"
+WORKFLOW = "chain3.inline"
+ASSIGNED = re.compile(r"partitions \[([\d, ]*)\] restored: ")
+
+#: (label, signal, liveness on)
+CASES = (
+    ("SIGKILL, liveness", signal.SIGKILL, True),
+    ("SIGKILL, no liveness", signal.SIGKILL, False),
+    ("SIGTERM", signal.SIGTERM, True),
+)
+
+
+@dataclass(frozen=True)
+class Params:
+    instances: int = 20_000
+    partitions: int = 8
+    every_ms: int = 100
+    before_s: float = 5.0
+    after_s: float = 20.0
+
+
+def _processor(
+    settings: Settings, work_dir: Path, replica_id: str, liveness: bool
+) -> harness.EngineProcess:
+    command = [
+        harness.PYTHON, "-m", "engine", "run", "processor",
+        "--module", MODULE,
+        "--bootstrap-servers", settings.bootstrap_servers,
+        "--namespace", settings.namespace,
+        "--partitions", str(settings.partitions),
+        "--replica-id", replica_id,
+        "--state-dir", str(work_dir / replica_id),
+        "--log-level", "INFO",
+    ]  # fmt: skip
+    log_path = work_dir / f"{replica_id}.log"
+    log = log_path.open("wb")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "TURNSTILE_LIVENESS_INTERVAL_MS": "500" if liveness else "0",
+    }
+    popen = subprocess.Popen(
+        command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env
+    )
+    return harness.EngineProcess(f"processor {replica_id}", popen, log_path, log)
+
+
+def _owned(proc: harness.EngineProcess, timeout: float = 120.0) -> set[int]:
+    """The partitions the replica's newest assignment gave it (eager: all it owns)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = ASSIGNED.findall(proc.log_path.read_text(errors="replace"))
+        if found:
+            return {int(p) for p in found[-1].split(",") if p.strip()}
+        proc.check_alive()
+        time.sleep(0.1)
+    raise RuntimeError(f"no assignment logged within {timeout:.0f}s\n{proc.describe()}")
+
+
+def _ids_per_partition(partitions: int, per: int) -> dict[int, list[str]]:
+    ids: dict[int, list[str]] = {p: [] for p in range(partitions)}
+    for n in itertools.count():
+        instance = f"fo-{n}"
+        p = expected_partition(instance.encode(), partitions)
+        if len(ids[p]) < per:
+            ids[p].append(instance)
+        if all(len(v) >= per for v in ids.values()):
+            return ids
+    raise AssertionError("unreachable")
+
+
+def _load(
+    client: Client, ids: dict[int, list[str]], every_s: float, stop: threading.Event
+) -> list[str]:
+    """One start per partition every ``every_s`` until ``stop``; the ids of the last round."""
+    last: list[str] = []
+    for round_ in range(len(ids[0])):
+        if stop.is_set():
+            break
+        tick = time.monotonic()
+        last = [ids[p][round_] for p in ids]
+        for instance in last:
+            client.start(WORKFLOW, round_, instance_id=instance, flush=False)
+        client.flush()
+        time.sleep(max(0.0, every_s - (time.monotonic() - tick)))
+    return last
+
+
+def _status_times(settings: Settings) -> dict[int, list[float]]:
+    """Per status partition, the timestamps (s) of its committed records, in order."""
+    topic = topic_names(settings.namespace).status
+    config = consumer_config(settings.bootstrap_servers, f"failover-{time.time_ns()}")
+    wanted = [TopicPartition(topic, p, 0) for p in range(settings.partitions)]
+    ends = log_end_offsets(config, wanted)
+    consumer = Consumer(config | {"enable.partition.eof": True})
+    consumer.assign(wanted)
+    times: dict[int, list[float]] = {p: [] for p in range(settings.partitions)}
+    done: set[int] = {p for p in range(settings.partitions) if ends[(topic, p)][1] == 0}
+    try:
+        while len(done) < settings.partitions:
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    done.add(message.partition())
+                continue
+            times[message.partition()].append(message.timestamp()[1] / 1000)
+    finally:
+        consumer.close()
+    return times
+
+
+def _prefill(client: Client, count: int) -> None:
+    progress(f"running {count} workflows first, so the tables hold state")
+    last = ""
+    for n in range(count):
+        last = client.start(WORKFLOW, n, flush=False)
+    client.flush()
+    client.wait_for_completion(last, timeout=600)
+
+
+def _gaps(times: dict[int, list[float]], partitions: set[int], t0: float, until: float) -> float:
+    """The longest silence on ``partitions`` between ``t0`` and ``until`` (s)."""
+    longest = 0.0
+    for p in partitions:
+        stamps = [t0, *(t for t in times[p] if t0 < t <= until), until]
+        longest = max(longest, *(b - a for a, b in itertools.pairwise(stamps)))
+    return longest
+
+
+def run_case(
+    broker: harness.Broker, params: Params, label: str, sig: signal.Signals, liveness: bool
+) -> dict[str, Any]:
+    namespace = harness.fresh_namespace("failover")
+    settings = harness.create_topics(broker.bootstrap, namespace, params.partitions)
+    work_dir = Path(tempfile.mkdtemp(prefix="turnstile-bench-failover-"))
+    procs = [_processor(settings, work_dir, f"processor-{r}", liveness) for r in (0, 1)]
+    victim = procs[1]
+    rounds = int((params.before_s + params.after_s) * 1000 / params.every_ms) + 1
+    ids = _ids_per_partition(params.partitions, rounds)
+    try:
+        with Client(settings=settings, timeout=60) as client:
+            _prefill(client, params.instances)
+            victims = _owned(victim)
+            stop = threading.Event()
+            last: list[str] = []
+            loader = threading.Thread(
+                target=lambda: last.extend(_load(client, ids, params.every_ms / 1000, stop)),
+                daemon=True,
+            )
+            progress(f"{label}: load on every partition, then the signal to {sorted(victims)}")
+            loader.start()
+            time.sleep(params.before_s)
+            t0 = time.time()
+            victim.popen.send_signal(sig)
+            time.sleep(params.after_s)
+            stop.set()
+            loader.join()
+            for instance in last:
+                client.wait_for_completion(instance, timeout=120)
+        times = _status_times(settings)
+    finally:
+        for proc in procs:
+            proc.stop()
+        shutil.rmtree(work_dir, ignore_errors=True)
+    # The longest silence of each of its partitions from the signal on: a SIGTERMed replica
+    # still commits its last batch after the signal, so "the first record after it" would
+    # be its own; the silence that follows until the new owner's first turn is the gap.
+    resumed = [_gaps(times, {p}, t0, t0 + params.after_s) for p in victims]
+    others = set(range(params.partitions)) - victims
+    result = {
+        "benchmark": "failover",
+        "case": label,
+        "params": asdict(params),
+        "host": host_info(),
+        "commit": git_commit(),
+        "resumed_p50_s": round(median(resumed), 3),
+        "resumed_max_s": round(max(resumed), 3),
+        "others_longest_gap_s": round(_gaps(times, others, t0, t0 + params.after_s), 3),
+        "others_gap_before_s": round(
+            _gaps(times, others, t0 - params.before_s + 1, t0), 3
+        ),
+    }
+    emit(result)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bootstrap-servers", help="use this broker instead of a private one")
+    parser.add_argument("--instances", type=int, default=Params.instances)
+    parser.add_argument("--partitions", type=int, default=Params.partitions)
+    parser.add_argument("--no-results-md", action="store_true", help="do not touch RESULTS.md")
+    args = parser.parse_args(argv)
+    params = Params(instances=args.instances, partitions=args.partitions)
+    import results_md
+
+    with harness.kafka(args.bootstrap_servers) as broker:
+        for label, sig, liveness in CASES:
+            result = run_case(broker, params, label, sig, liveness)
+            if not args.no_results_md:
+                results_md.add_failover(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
