@@ -698,9 +698,9 @@ READINGS: tuple[Reading, ...] = (
         ),
     ),
     Reading(
-        "failover", "failover: SIGKILL / SIGTERM to partitions resumed (max)",
+        "failover", "failover: SIGKILL of a replica to its partitions' next turn",
         lambda r: r["values"].get("case") == "SIGKILL, liveness",
-        lambda r: f"SIGKILL {r['values']['resumed s: p50 / max']} s (p50 / max)",
+        lambda r: f"{r['values']['resumed s: p50 / max']} s (p50 / max over its partitions)",
     ),
     Reading(
         "fanout", "fan-out of 1,000 activities", lambda r: True,
