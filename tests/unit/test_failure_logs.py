@@ -90,7 +90,7 @@ def _run_failing(instance_id: str) -> None:
 
 def test_failed_attempts_warn_and_a_failed_instance_logs_one_error(text: _Lines) -> None:
     _run_failing("order-7")
-    attempts = [r for r in text.records if r.name == "engine.services.worker"]
+    attempts = [r for r in text.records if r.name == "engine.services.worker.worker"]
     assert [(r.levelname, getattr(r, "attempt", None)) for r in attempts] == [
         ("WARNING", 1),
         ("WARNING", 2),
@@ -110,7 +110,7 @@ def test_a_timed_out_attempt_warns(text: _Lines) -> None:
             assert env.wait_for_completion("order-6").status is RuntimeStatus.FAILED
     finally:
         hung.set()
-    (warned,) = [r for r in text.records if r.name == "engine.services.worker"]
+    (warned,) = [r for r in text.records if r.name == "engine.services.worker.worker"]
     assert warned.levelname == "WARNING"
     assert (getattr(warned, "instance_id", None), getattr(warned, "attempt", None)) == (
         "order-6",

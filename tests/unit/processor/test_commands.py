@@ -258,7 +258,7 @@ def test_raise_then_start_on_a_finished_id_no_longer_loses_the_event(env: TestEn
     with pytest.raises(InstanceNotRunningError, match="COMPLETED"):
         env.raise_event("f", "item", "lost?")
     # signal_with_start starts a new run and delivers the event in the same turn
-    answer = env.signal_with_start("collect", "f", "item", "kept")
+    answer = env.signal_with_start("collect", "f", "item", "kept").outcome
     assert answer is not None and answer.result is CommandResult.ACCEPTED
     assert "started" in answer.reason
     env.raise_event("f", "item", "end")
@@ -272,7 +272,7 @@ def test_raise_then_start_on_a_finished_id_no_longer_loses_the_event(env: TestEn
 def test_signal_with_start_delivers_to_a_running_instance(env: TestEngine) -> None:
     env.start("collect", instance_id="r")
     env.run()
-    answer = env.signal_with_start("collect", "r", "item", 1, input="ignored")
+    answer = env.signal_with_start("collect", "r", "item", 1, input="ignored").outcome
     assert answer is not None and "delivered" in answer.reason
     env.raise_event("r", "item", "end")
     state = env.wait_for_completion("r")
@@ -288,7 +288,7 @@ def test_signal_with_start_of_a_new_id_starts_it(env: TestEngine) -> None:
 
 def test_signal_with_start_keeps_the_event_of_a_scheduled_instance(env: TestEngine) -> None:
     env.start("collect", instance_id="s", start_at=env.now() + timedelta(hours=1))
-    answer = env.signal_with_start("collect", "s", "item", "early")
+    answer = env.signal_with_start("collect", "s", "item", "early").outcome
     assert answer is not None and answer.result is CommandResult.BUFFERED
     env.advance(timedelta(hours=2))
     env.raise_event("s", "item", "end")
@@ -370,7 +370,7 @@ def test_signal_with_start_under_reject_duplicate_refuses_an_ended_id(env: TestE
     env.run()
     answer = env.signal_with_start(
         "collect", "live", "item", 2, reuse_policy=IdReusePolicy.REJECT_DUPLICATE
-    )
+    ).outcome
     assert answer is not None and "delivered" in answer.reason  # a live one is signalled
 
 
@@ -385,7 +385,7 @@ def test_signal_with_start_under_error_if_running_refuses_a_live_id(env: TestEng
     assert env.wait_for_completion("busy").output == []  # the refused event was not delivered
     answer = env.signal_with_start(
         "collect", "busy", "item", 3, reuse_policy=IdReusePolicy.ERROR_IF_RUNNING
-    )
+    ).outcome
     assert answer is not None and "started a new run" in answer.reason
 
 
@@ -395,7 +395,7 @@ def test_signal_with_start_under_terminate_if_running_replaces_the_run(env: Test
     env.raise_event("swap", "item", "old")
     answer = env.signal_with_start(
         "collect", "swap", "item", "new", reuse_policy=IdReusePolicy.TERMINATE_IF_RUNNING
-    )
+    ).outcome
     assert answer is not None and "started a new run" in answer.reason
     env.raise_event("swap", "item", "end")
     state = env.wait_for_completion("swap")

@@ -31,7 +31,6 @@ import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,23 +42,23 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from engine.adapters.kafka_admin import TaskQueueTopics
-from engine.adapters.kafka_config import (
+from engine.adapters.kafka.admin import TaskQueueTopics
+from engine.adapters.kafka.config import (
     consumer_config,
     group_membership,
     transactional_producer_config,
 )
-from engine.adapters.kafka_deadline import ends_process_if_stuck
-from engine.adapters.kafka_io import (
+from engine.adapters.kafka.deadline import ends_process_if_stuck
+from engine.adapters.kafka.io import (
     AbortedTransaction,
     Delivered,
     TransactionalProducer,
     leave_group,
     poll_batch,
 )
-from engine.adapters.kafka_isolation import Produced, produce_batch, refused_in_delivery
-from engine.adapters.kafka_recovery import Recovery
-from engine.adapters.kafka_restore import RestoreInterrupted, RestoreReport, restore_tables
+from engine.adapters.kafka.isolation import Produced, produce_batch, refused_in_delivery
+from engine.adapters.kafka.recovery import Recovery
+from engine.adapters.kafka.restore import RestoreInterrupted, RestoreReport, restore_tables
 from engine.adapters.rocks_store import RocksPartitionStore
 from engine.adapters.schema_registry import connect_schema_registry
 from engine.config.settings import Settings
@@ -72,7 +71,7 @@ from engine.core.errors import (
 )
 from engine.runtime.registry import Registry
 from engine.services.processor.batch import Batch
-from engine.services.processor.partition import Counters, Environment, PartitionProcessor
+from engine.services.processor.partition import Environment, PartitionProcessor
 from engine.services.processor.protocol import (
     BatchMetrics,
     Clock,
@@ -81,7 +80,7 @@ from engine.services.processor.protocol import (
     SystemClock,
     poll_wait_s,
 )
-from engine.services.processor.state import partition_cache_capacity
+from engine.services.processor.state import Progress, partition_cache_capacity
 from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
 from engine.services.records import RawRecord
 from engine.services.tracing import NoTracing, TraceHook
@@ -106,26 +105,6 @@ PRODUCER_RETRY_BACKOFF_MAX_MS = 20
 #: The longest one poll blocks when no timer is due sooner: the loop looks at its stop
 #: flag between polls, so this bounds how long a stop request waits.
 MAX_POLL_WAIT_S = 0.5
-
-
-@dataclass
-class Progress(Counters):
-    """A replica's totals: its partitions' counters, its transactions, and where the time
-    went (seconds), for progress lines and benchmarks."""
-
-    transactions: int = 0
-    aborts: int = 0
-    outputs: int = 0
-    turn_s: float = 0.0
-    produce_s: float = 0.0
-    offsets_s: float = 0.0
-    commit_s: float = 0.0
-    restores: int = 0
-    restored_records: int = 0
-    restore_s: float = 0.0
-    #: changelog partitions whose restore had to wait for an open transaction, and how long
-    restore_waits: int = 0
-    restore_wait_s: float = 0.0
 
 
 #: Which steps' durations the progress totals keep, and under which field.

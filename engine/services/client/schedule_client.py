@@ -29,7 +29,7 @@ from engine.core.schedules import (
     parse_duration,
     schedule_id,
 )
-from engine.services.client import WorkflowClient
+from engine.services.client.workflow_client import WorkflowClient
 from engine.services.time_zones import resolve_zone
 
 Duration = timedelta | float | str
