@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from engine.core import errors
 from engine.core.errors import PayloadTooLargeError, ScheduleSpecError
 from engine.core.history import RuntimeStatus
 from engine.core.instance_row import InstanceRow
@@ -63,14 +64,14 @@ def on_schedule_command(b: Batch, msg: ScheduleCommand, now_ms: int) -> Verdict:
             f"schedule commands are keyed by the schedule's row id ({SCHEDULE_PREFIX}NAME), "
             f"not {msg.instance_id!r}"
         )
-        return refused("ScheduleDefinitionError", reason)
+        return refused(errors.ScheduleDefinitionError, reason)
     item = b.load(msg.instance_id)
     if msg.op is ScheduleOp.CREATE:
         return _create(b, item, msg, now_ms)
     state = item.meta.schedule
     if state is None:
         name = schedule_name(msg.instance_id)
-        return refused("ScheduleNotFoundError", f"there is no schedule {name!r}")
+        return refused(errors.ScheduleNotFoundError, f"there is no schedule {name!r}")
     return _OPS[msg.op](b, item, state, msg, now_ms)
 
 
@@ -78,7 +79,7 @@ def _create(b: Batch, item: Loaded, msg: ScheduleCommand, now_ms: int) -> Verdic
     meta = item.meta
     name = schedule_name(meta.instance_id)
     if meta.schedule is not None:
-        return refused("ScheduleAlreadyExistsError", f"schedule {name!r} exists already")
+        return refused(errors.ScheduleAlreadyExistsError, f"schedule {name!r} exists already")
     try:
         check_name(name)
         if msg.spec is None:
@@ -87,7 +88,7 @@ def _create(b: Batch, item: Loaded, msg: ScheduleCommand, now_ms: int) -> Verdic
         zone = resolve_zone(spec.timezone)
         b.env.limits.check("workflow_input", f"the input of schedule {name!r}", spec.input)
     except (ScheduleSpecError, PayloadTooLargeError) as exc:
-        return refused("ScheduleDefinitionError", str(exc))
+        return refused(errors.ScheduleDefinitionError, str(exc))
     state = ScheduleState(spec=spec, created_ms=now_ms)
     meta.schedule = state
     meta.last_updated_ms = now_ms
@@ -113,7 +114,7 @@ def _resume(
     try:
         zone = resolve_zone(state.spec.timezone)
     except ScheduleSpecError as exc:
-        return refused("ScheduleDefinitionError", f"cannot resume: {exc}")
+        return refused(errors.ScheduleDefinitionError, f"cannot resume: {exc}")
     state.paused, state.note = False, ""
     _arm(b, item.meta.instance_id, state, next_slot(state.spec, now - 1, zone))
     started = _start_buffered(b, item, state)

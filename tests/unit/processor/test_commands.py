@@ -16,6 +16,7 @@ from engine import Registry, WorkflowContext
 from engine.codec import decode_message
 from engine.config.settings import Settings
 from engine.core.errors import (
+    CommandRefusedError,
     InstanceAlreadySuspendedError,
     InstanceNotFoundError,
     InstanceNotRunningError,
@@ -40,6 +41,7 @@ from engine.core.messages import (
     StartWorkflow,
 )
 from engine.core.payloads import to_payload
+from engine.services.client.outcomes import REFUSALS, raise_for_refusal, refusal_error
 from engine.services.processor.command_outcomes import accepted, find, remember
 from engine.testing import TestEngine
 
@@ -221,6 +223,57 @@ def test_refusals_raise_typed_errors_with_the_status(env: TestEngine) -> None:
     assert counters.refusals[("SuspendWorkflow", "InstanceAlreadySuspendedError")] == 1
     assert counters.command_outcomes[("StartWorkflow", "accepted")] == 1
     assert counters.command_outcomes[("TerminateWorkflow", "refused")] == 1
+
+
+def test_a_refusal_carries_its_stable_code_and_a_duplicate_repeats_it(env: TestEngine) -> None:
+    env.start("collect", instance_id="c")
+    env.run()
+    for _ in range(2):
+        with pytest.raises(InstanceNotSuspendedError):
+            env.resume("c", request_id="re-1")
+    first, again = [o for o in outcomes(env) if o.request_id == "re-1"]
+    assert (first.code, first.error) == ("instance_not_suspended", "InstanceNotSuspendedError")
+    assert again.duplicate and (again.code, again.error) == (first.code, first.error)
+    assert all(not o.code for o in outcomes(env) if o.result is not CommandResult.REFUSED)
+
+
+def _refusal(code: str = "", error: str = "") -> CommandOutcome:
+    return CommandOutcome(
+        "i",
+        command="ResumeWorkflow",
+        result=CommandResult.REFUSED,
+        reason="why",
+        error=error,
+        code=code,
+    )
+
+
+def test_the_client_maps_codes_to_errors_and_old_answers_by_class_name() -> None:
+    assert refusal_error(_refusal("already_running")) is WorkflowAlreadyRunningError
+    # an answer written before codes existed names the class only
+    assert refusal_error(_refusal("", "InstanceNotFoundError")) is InstanceNotFoundError
+    # the code wins over the name (a class renamed later keeps its code)
+    assert refusal_error(_refusal("instance_not_found", "OldName")) is InstanceNotFoundError
+    # what this client does not know is still a refusal
+    assert refusal_error(_refusal("from_the_future")) is CommandRefusedError
+    assert refusal_error(_refusal("", "NoSuchError")) is CommandRefusedError
+    with pytest.raises(WorkflowAlreadyRanError, match="refused: why; use a new instance id"):
+        raise_for_refusal(_refusal("already_ran"))
+
+
+def test_every_refusal_has_its_own_code_in_the_table() -> None:
+    classes = _subclasses(CommandRefusedError)
+    assert sorted(REFUSALS.values(), key=lambda c: c.__name__) == sorted(
+        classes, key=lambda c: c.__name__
+    )
+    assert all(REFUSALS[cls.code] is cls for cls in classes)
+
+
+def _subclasses(cls: type[CommandRefusedError]) -> list[type[CommandRefusedError]]:
+    found = [cls]
+    for sub in cls.__subclasses__():
+        found.extend(_subclasses(sub))
+    return found
 
 
 def test_a_raise_before_the_start_is_answered_buffered(env: TestEngine) -> None:
