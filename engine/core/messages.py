@@ -235,14 +235,21 @@ class RerunFrom(Message):
 
 
 COMMAND_BODY_TYPES: tuple[type[Message], ...] = (
-    *(t for t in COMMAND_TYPES if t is not ResetWorkflow),
+    StartWorkflow,
+    RaiseEvent,
+    TerminateWorkflow,
+    SuspendWorkflow,
+    ResumeWorkflow,
+    PurgeWorkflow,
+    SignalWithStart,
     CancelWorkflow,
     ConcurrencySlot,
     *ENGINE_COMMAND_TYPES,
     ResetWorkflow,
     RerunFrom,
 )
-"""Every branch of the Command union (the commands topic accepts only COMMAND_TYPES)."""
+"""Every branch of the Command union, in the union's order (a new kind goes last); the
+commands topic accepts only COMMAND_TYPES."""
 
 
 @dataclass(frozen=True, slots=True)

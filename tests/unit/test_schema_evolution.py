@@ -26,6 +26,7 @@ from engine.codec.registry import (
     released_versions,
     schema_dir,
 )
+from engine.codec.wire import current_schema
 
 Schema = dict[str, Any]
 CURRENT = {name: s.raw for name, s in load_current().items()}
@@ -240,3 +241,13 @@ def test_every_current_enum_has_a_default() -> None:
 def test_violations_read_well() -> None:
     text = str(Violation("HistoryEvent", "io.turnstile.HistoryEvent.x", "retyped", "changed"))
     assert text == "HistoryEvent: io.turnstile.HistoryEvent.x: [retyped] changed"
+
+
+def test_the_command_union_is_defined_once() -> None:
+    """InstanceRow.avsc names io.turnstile.Command; the engine reads Command.avsc in there,
+    so the row's schema (and its fingerprint) holds exactly the file's definition."""
+    row = json.loads((schema_dir() / "InstanceRow.avsc").read_text())
+    assert row["fields"][1]["type"] == ["null", "io.turnstile.Command"]
+    assert '"name": "Command"' not in json.dumps(row)
+    command = json.loads((schema_dir() / "Command.avsc").read_text())
+    assert current_schema("InstanceRow").raw["fields"][1]["type"][1] == command
