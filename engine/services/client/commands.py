@@ -348,8 +348,8 @@ class CommandMethods:
         step. Returns the instance's handle; its ``outcome`` is the processor's answer (the
         reason says which happened) and its ``result()`` waits for the run the event went
         to. ``reuse_policy`` judges an existing instance as for ``start``: the default,
-        IGNORE_IF_RUNNING, signals a live one and replaces an ended one (what Temporal's
-        signal-with-start does); ERROR_IF_RUNNING refuses a live one
+        IGNORE_IF_RUNNING, delivers the event to a live one and replaces an ended one
+        (what Temporal's signal-with-start does); ERROR_IF_RUNNING refuses a live one
         (WorkflowAlreadyRunningError), TERMINATE_IF_RUNNING replaces it, REJECT_DUPLICATE
         refuses an ended one (WorkflowAlreadyRanError)."""
         client = self._command_client()
