@@ -33,7 +33,7 @@ from common import CpuSpan, emit, git_commit, host_info, latency_summary, median
 from engine.client import Client
 from engine.core.errors import WaitTimeoutError
 from engine.core.messages import InstanceStatus
-from engine.services.client import InstanceState
+from engine.services.client.workflow_client import InstanceState
 
 STEPS = 3
 WORKFLOWS = {"inline": "chain3.inline", "activities": "chain3.activities"}

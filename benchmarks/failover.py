@@ -38,8 +38,8 @@ import harness
 from common import REPO, emit, git_commit, host_info, median, progress
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from engine.adapters.kafka_config import consumer_config, expected_partition
-from engine.adapters.kafka_io import log_end_offsets
+from engine.adapters.kafka.config import consumer_config, expected_partition
+from engine.adapters.kafka.io import log_end_offsets
 from engine.client import Client
 from engine.config.settings import Settings
 from engine.config.topics import topic_names
@@ -225,9 +225,7 @@ def run_case(
         "resumed_p50_s": round(median(resumed), 3),
         "resumed_max_s": round(max(resumed), 3),
         "others_longest_gap_s": round(_gaps(times, others, t0, t0 + params.after_s), 3),
-        "others_gap_before_s": round(
-            _gaps(times, others, t0 - params.before_s + 1, t0), 3
-        ),
+        "others_gap_before_s": round(_gaps(times, others, t0 - params.before_s + 1, t0), 3),
     }
     emit(result)
     return result

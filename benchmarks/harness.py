@@ -23,7 +23,7 @@ from typing import IO
 
 from common import REPO, progress
 
-from engine.adapters.kafka_admin import apply
+from engine.adapters.kafka.admin import apply
 from engine.config.settings import Settings, load_settings
 from engine.config.topics import load_spec
 from engine.dev.local_kafka import LocalKafka

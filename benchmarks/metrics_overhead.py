@@ -19,7 +19,6 @@ import time
 
 from common import emit, progress
 
-from engine.adapters.kafka_processor import Progress
 from engine.adapters.metrics import ProcessorMetrics
 from engine.core.history import (
     ExecutionCompleted,
@@ -29,7 +28,7 @@ from engine.core.history import (
     TurnStarted,
 )
 from engine.services.processor.protocol import Step
-from engine.services.processor.state import Counters
+from engine.services.processor.state import Counters, Progress
 
 CHAIN3_EVENTS = (
     ExecutionStarted("chain3.inline"),

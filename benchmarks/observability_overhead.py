@@ -51,7 +51,7 @@ from common import (
 
 from engine.client import Client
 from engine.core.messages import InstanceStatus
-from engine.services.client import InstanceState
+from engine.services.client.workflow_client import InstanceState
 
 VARIANTS = ("none", "metrics", "tracing", "sampled")
 #: The share of runs the ``sampled`` variant traces.
@@ -66,7 +66,7 @@ STEPS = 3
 def run_replica(args: argparse.Namespace) -> int:
     """One processor replica observed as ``args.replica`` says, until SIGTERM."""
     import engine.examples.chain3  # noqa: F401  (registers chain3.inline)
-    from engine.adapters.kafka_processor import ProcessorRunner
+    from engine.adapters.kafka.processor import ProcessorRunner
     from engine.config.settings import load_settings
     from engine.runtime.registry import default_registry
 

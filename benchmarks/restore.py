@@ -36,8 +36,8 @@ from common import emit, git_commit, host_info, progress
 from restore_replica import ReplicaJob, run_replica
 
 import engine.examples.chain3  # noqa: F401  (registers chain3.inline)
-from engine.adapters.kafka_config import transactional_producer_config
-from engine.adapters.kafka_io import TransactionalProducer
+from engine.adapters.kafka.config import transactional_producer_config
+from engine.adapters.kafka.io import TransactionalProducer
 from engine.codec import encode_message
 from engine.config.settings import Settings
 from engine.config.topics import TopicNames, topic_names

@@ -22,7 +22,7 @@ from common import CpuSpan, progress
 
 import engine.examples.chain3  # noqa: F401  (registers chain3.inline)
 from engine import WorkflowContext, workflow
-from engine.adapters.kafka_processor import restore_partitions
+from engine.adapters.kafka.processor import restore_partitions
 from engine.adapters.rocks_store import RocksPartitionStore
 from engine.codec import encode_message
 from engine.config.settings import load_settings

@@ -29,16 +29,16 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Generic, TypeVar
 
-from engine.adapters.kafka_client import KafkaCommandSink, KafkaOutcomeReader, KafkaStatusReader
-from engine.adapters.kafka_history import ProgressCallback
+from engine.adapters.kafka.client import KafkaCommandSink, KafkaOutcomeReader, KafkaStatusReader
+from engine.adapters.kafka.history import ProgressCallback
 from engine.adapters.schema_registry import connect_schema_registry
 from engine.adapters.status_scan import list_page_from_topic
 from engine.adapters.tracing import traced_start
 from engine.config.settings import Settings, load_settings
 from engine.config.topics import topic_names
-from engine.core.errors import InstanceFailedError, WaitTimeoutError
+from engine.core.errors import WaitTimeoutError
 from engine.core.history import RuntimeStatus
 from engine.core.messages import (
     CommandOutcome,
@@ -47,19 +47,23 @@ from engine.core.messages import (
     Message,
     ResetTarget,
 )
-from engine.core.typed import convert, return_type
 from engine.runtime.registry import Registry
-from engine.services.client import (
-    RETRY_REASON,
+from engine.services.client.commands import (
+    CommandMethods,
+    InstanceHandle,
+    WorkflowHandle,
+    result_of,
+)
+from engine.services.client.listing import DEFAULT_PAGE, InstancePage, PageCollector
+from engine.services.client.outcomes import OutcomeWaiters
+from engine.services.client.schedule_client import ScheduleClient, ScheduleMethods
+from engine.services.client.versions import VersionCount
+from engine.services.client.workflow_client import (
     InstanceState,
     StatusView,
     WorkflowClient,
     list_filter,
 )
-from engine.services.listing import DEFAULT_PAGE, InstancePage, PageCollector
-from engine.services.outcomes import OutcomeWaiters
-from engine.services.schedule_client import ScheduleClient, ScheduleMethods
-from engine.services.versions import VersionCount
 
 __all__ = [
     "AsyncClient",
@@ -80,8 +84,12 @@ def _state(status: InstanceStatus | None) -> InstanceState | None:
     return None if status is None else InstanceState(status)
 
 
-class Client(ScheduleMethods):
+class Client(CommandMethods, ScheduleMethods):
     """A connection to one engine namespace; thread-safe, meant to be shared and closed.
+
+    Commands (:class:`CommandMethods`): ``start``, ``signal_with_start``, ``raise_event``,
+    ``terminate``, ``suspend``, ``resume``, ``retry``, ``purge``, ``reset``, ``rerun``,
+    ``start_many``, ``handle``.
 
     Schedules: ``create_schedule``, ``pause_schedule``, ``resume_schedule``,
     ``delete_schedule``, ``trigger_schedule``, ``describe_schedule``, ``list_schedules``."""
@@ -181,202 +189,12 @@ class Client(ScheduleMethods):
     ) -> None:
         self.close()
 
-    # --- commands ---------------------------------------------------------------------------
+    # --- commands (the verbs are CommandMethods'; this client sends them to Kafka) ----------
 
-    @traced_start
-    def start(
-        self,
-        workflow: str | Callable[..., Any],
-        input: Any = None,
-        *,
-        instance_id: str | None = None,
-        reuse_policy: IdReusePolicy = IdReusePolicy.ERROR_IF_RUNNING,
-        request_id: str | None = None,
-        start_at: datetime | None = None,
-        tags: dict[str, str] | None = None,
-        version: str = "",
-        concurrency_key: str = "",
-        flush: bool = True,
-        wait: bool = True,
-    ) -> WorkflowHandle[Any]:
-        """Start an instance of ``workflow`` (a name or a registered function).
+    def _command_client(self) -> WorkflowClient:
+        return self._service
 
-        Returns its :class:`WorkflowHandle` (the instance id, with methods); given the
-        function, the handle's :meth:`~WorkflowHandle.result` has its return type. ``input``
-        may be a JSON value, a dataclass or a pydantic model. Waits for the processor's
-        answer: a refused start raises (``WorkflowAlreadyRunningError`` under
-        ERROR_IF_RUNNING, ``WorkflowAlreadyRanError`` under REJECT_DUPLICATE). With
-        ``wait=False`` it returns once written; with ``flush=False`` the command is only
-        queued (call :meth:`flush` after a batch) and not waited for. ``concurrency_key``
-        counts it against the workflow's ``max_concurrency_per_key``: over the limit it
-        waits, in order, as PENDING (the answer is BUFFERED) until a slot frees.
-        """
-        command = self._service.start_command(
-            workflow,
-            input,
-            instance_id=instance_id,
-            reuse_policy=reuse_policy,
-            request_id=request_id,
-            start_at=start_at,
-            tags=tags,
-            version=version,
-            concurrency_key=concurrency_key,
-        )
-        outcome = self._service.send(command, flush=flush, wait=wait and flush)
-        result = None if isinstance(workflow, str) else return_type(workflow)
-        return WorkflowHandle(command.instance_id, self, result, outcome)
-
-    def handle(self, instance_id: str, result_type: Any = None) -> WorkflowHandle[Any]:
-        """A handle on an existing instance; ``result_type`` converts its result."""
-        return WorkflowHandle(instance_id, self, result_type)
-
-    def start_many(
-        self, workflow: str | Callable[..., Any], inputs: Iterable[Any], **options: Any
-    ) -> list[str]:
-        """Start one instance per input, flushing once at the end; returns their ids."""
-        return self._service.start_many(workflow, inputs, **options)
-
-    def flush(self) -> None:
-        """Wait until every queued command is written (raises BrokerError if one failed)."""
-        self._service.flush()
-
-    def raise_event(
-        self,
-        instance_id: str,
-        name: str,
-        data: Any = None,
-        *,
-        request_id: str | None = None,
-        wait: bool = True,
-    ) -> CommandOutcome | None:
-        """Deliver an external event; returns the processor's answer (None with
-        ``wait=False``). An instance that has not started yet keeps the event until it
-        starts, at most ``pending_events_ttl_ms`` (then it goes to dead letters), and a
-        PARKED one keeps it for its retry (``result`` BUFFERED both); one that ended
-        refuses it (InstanceNotRunningError). The same ``request_id`` sent again is
-        delivered once."""
-        return self._service.raise_event(instance_id, name, data, request_id=request_id, wait=wait)
-
-    def signal_with_start(
-        self,
-        workflow: str | Callable[..., Any],
-        instance_id: str,
-        event: str,
-        data: Any = None,
-        *,
-        input: Any = None,
-        version: str = "",
-        tags: dict[str, str] | None = None,
-        request_id: str | None = None,
-        wait: bool = True,
-        reuse_policy: IdReusePolicy = IdReusePolicy.IGNORE_IF_RUNNING,
-    ) -> WorkflowHandle[Any]:
-        """Deliver ``event`` to the instance, starting a run of ``workflow`` (with
-        ``input``) first unless it is RUNNING, SUSPENDED, PARKED or PENDING, in one atomic
-        step. Returns the instance's handle; its ``outcome`` is the processor's answer (the
-        reason says which happened) and its ``result()`` waits for the run the event went
-        to. ``reuse_policy`` judges an existing instance as for ``start``: the default,
-        IGNORE_IF_RUNNING, signals a live one and replaces an ended one (what Temporal's
-        signal-with-start does); ERROR_IF_RUNNING refuses a live one
-        (WorkflowAlreadyRunningError), TERMINATE_IF_RUNNING replaces it, REJECT_DUPLICATE
-        refuses an ended one (WorkflowAlreadyRanError)."""
-        outcome = self._service.signal_with_start(
-            workflow,
-            instance_id,
-            event,
-            data,
-            input=input,
-            version=version,
-            tags=tags,
-            request_id=request_id,
-            wait=wait,
-            reuse_policy=reuse_policy,
-        )
-        result = None if isinstance(workflow, str) else return_type(workflow)
-        return WorkflowHandle(instance_id, self, result, outcome)
-
-    def terminate(
-        self,
-        instance_id: str,
-        reason: str = "",
-        recursive: bool = False,
-        *,
-        request_id: str | None = None,
-        wait: bool = True,
-    ) -> CommandOutcome | None:
-        """End the instance TERMINATED (``recursive``: its running children too)."""
-        return self._service.terminate(
-            instance_id, reason, recursive, request_id=request_id, wait=wait
-        )
-
-    def suspend(
-        self,
-        instance_id: str,
-        reason: str = "",
-        *,
-        request_id: str | None = None,
-        wait: bool = True,
-    ) -> CommandOutcome | None:
-        return self._service.suspend(instance_id, reason, request_id=request_id, wait=wait)
-
-    def resume(
-        self,
-        instance_id: str,
-        reason: str = "",
-        *,
-        request_id: str | None = None,
-        wait: bool = True,
-    ) -> CommandOutcome | None:
-        return self._service.resume(instance_id, reason, request_id=request_id, wait=wait)
-
-    def purge(
-        self, instance_id: str, *, request_id: str | None = None, wait: bool = True
-    ) -> CommandOutcome | None:
-        """Remove an ended instance's state and status (InstanceStillRunningError while
-        it runs)."""
-        return self._service.purge(instance_id, request_id=request_id, wait=wait)
-
-    def reset(
-        self,
-        instance_id: str,
-        to: int | ResetTarget,
-        reason: str = "",
-        *,
-        request_id: str | None = None,
-        wait: bool = True,
-    ) -> CommandOutcome | None:
-        """Start a new run (the next generation) of the instance from its current run's
-        history up to ``to``: a sequence number (``turnstile history show``), or
-        ``ResetTarget.LAST_FAILURE`` / ``ResetTarget.FIRST_TURN``. The turns before the
-        point are reused, the rest is done again; ``reason`` is recorded in history.
-        Refused with ``InvalidResetPointError`` for a point the run does not have."""
-        return self._service.reset(instance_id, to, reason, request_id=request_id, wait=wait)
-
-    def rerun(
-        self,
-        instance_id: str,
-        new_id: str,
-        to: int | ResetTarget = ResetTarget.FIRST_TURN,
-        reason: str = "",
-        *,
-        request_id: str | None = None,
-        wait: bool = True,
-    ) -> CommandOutcome | None:
-        """As :meth:`reset`, but the new run is a new instance ``new_id`` (an unused id or
-        one whose run ended); the source instance is left as it is."""
-        return self._service.reset(
-            instance_id, to, reason, new_instance_id=new_id, request_id=request_id, wait=wait
-        )
-
-    def retry(
-        self, instance_id: str, *, request_id: str | None = None, wait: bool = True
-    ) -> CommandOutcome | None:
-        """Run a parked instance (one whose workflow code raised unexpectedly) again now,
-        with the code deployed now, instead of at its next scheduled retry.
-
-        It is sent as a resume: a suspended instance resumes, one neither parked nor
-        suspended refuses it (InstanceNotSuspendedError)."""
-        return self._service.resume(instance_id, RETRY_REASON, request_id=request_id, wait=wait)
+    start = traced_start(CommandMethods.start)
 
     def _schedule_client(self) -> ScheduleClient:
         return ScheduleClient(self._start_reader())
@@ -468,102 +286,6 @@ class Client(ScheduleMethods):
     def completion_future(self, instance_id: str, generation: int = 0) -> Future[InstanceStatus]:
         """A future of the instance's final status: many waits without a thread each."""
         return self._start_reader().completion_future(instance_id, generation)
-
-
-class _InstanceHandle(str):
-    """What both handles share: being the instance id, the client, the result type, and
-    the answer to the command that made it (start, signal-with-start)."""
-
-    _client: Any
-    _result_type: Any
-    _outcome: CommandOutcome | None
-
-    def __new__(
-        cls,
-        instance_id: str,
-        client: Any,
-        result_type: Any = None,
-        outcome: CommandOutcome | None = None,
-    ) -> Self:
-        handle = super().__new__(cls, instance_id)
-        handle._client = client
-        handle._result_type = result_type
-        handle._outcome = outcome
-        return handle
-
-    @property
-    def outcome(self) -> CommandOutcome | None:
-        """The processor's answer to the start (None: not waited for, or a plain handle)."""
-        return self._outcome
-
-    @property
-    def generation(self) -> int:
-        """The generation the start began (0 when unknown): ``result()`` waits for the end
-        of that run or a later one, never an earlier run of the same id."""
-        return 0 if self._outcome is None else self._outcome.generation
-
-    @property
-    def instance_id(self) -> str:
-        return str(self)
-
-    @property
-    def result_type(self) -> Any:
-        """What ``result()`` converts the output to (None: plain JSON)."""
-        return self._result_type
-
-
-class WorkflowHandle(_InstanceHandle, Generic[R]):
-    """One instance: its id (this string itself) and what can be done with it.
-
-    Being the id, a handle can be printed, stored, compared and used as a dict key; it
-    works wherever an instance id does.
-    """
-
-    _client: Client
-
-    def result(self, timeout: float | None = None) -> R:
-        """Wait until the instance ends and return its result (converted to the workflow's
-        return type). Raises InstanceFailedError if it FAILED or was TERMINATED,
-        WaitTimeoutError after ``timeout`` seconds."""
-        state = self._client.wait_for_completion(self, timeout, generation=self.generation)
-        value: R = _result_of(state, self._result_type)
-        return value
-
-    def status(self) -> InstanceState | None:
-        """The latest status, or None if the instance is not known (yet, or any more)."""
-        return self._client.get(self)
-
-    def raise_event(self, name: str, data: Any = None, **options: Any) -> CommandOutcome | None:
-        """See :meth:`Client.raise_event` (``request_id``, ``wait``)."""
-        return self._client.raise_event(self, name, data, **options)
-
-    def terminate(
-        self, reason: str = "", recursive: bool = False, *, wait: bool = True
-    ) -> CommandOutcome | None:
-        return self._client.terminate(self, reason, recursive, wait=wait)
-
-    def suspend(self, reason: str = "", *, wait: bool = True) -> CommandOutcome | None:
-        return self._client.suspend(self, reason, wait=wait)
-
-    def resume(self, reason: str = "", *, wait: bool = True) -> CommandOutcome | None:
-        return self._client.resume(self, reason, wait=wait)
-
-    def purge(self, *, wait: bool = True) -> CommandOutcome | None:
-        return self._client.purge(self, wait=wait)
-
-    def retry(self, *, wait: bool = True) -> CommandOutcome | None:
-        """See :meth:`Client.retry`."""
-        return self._client.retry(self, wait=wait)
-
-
-def _result_of(state: InstanceState, result_type: Any) -> Any:
-    if state.status is not RuntimeStatus.COMPLETED:
-        failure = state.failure
-        why = f": {failure.type}: {failure.message}" if failure is not None else ""
-        raise InstanceFailedError(
-            f"instance {state.instance_id!r} ended {state.status.value}{why}", failure
-        )
-    return convert(state.output, result_type)
 
 
 class AsyncClient:
@@ -736,7 +458,7 @@ class AsyncClient:
         return InstanceState(status)
 
 
-class AsyncWorkflowHandle(_InstanceHandle, Generic[R]):
+class AsyncWorkflowHandle(InstanceHandle, Generic[R]):
     """:class:`WorkflowHandle` for asyncio code: the instance id, with awaitable methods."""
 
     _client: AsyncClient
@@ -744,7 +466,7 @@ class AsyncWorkflowHandle(_InstanceHandle, Generic[R]):
     async def result(self, timeout: float | None = None) -> R:
         """As :meth:`WorkflowHandle.result`."""
         state = await self._client.wait_for_completion(self, timeout, generation=self.generation)
-        value: R = _result_of(state, self._result_type)
+        value: R = result_of(state, self._result_type)
         return value
 
     async def status(self) -> InstanceState | None:
@@ -768,3 +490,7 @@ class AsyncWorkflowHandle(_InstanceHandle, Generic[R]):
 
     async def purge(self, **options: Any) -> CommandOutcome | None:
         return await self._client.purge(self, **options)
+
+    async def retry(self, **options: Any) -> CommandOutcome | None:
+        """As :meth:`WorkflowHandle.retry`."""
+        return await self._client.retry(self, **options)

@@ -69,7 +69,7 @@ def admin(kafka_bootstrap: str) -> Any:
     """A confluent-kafka ``AdminClient`` connected to the broker under test."""
     from confluent_kafka.admin import AdminClient
 
-    from engine.adapters.kafka_config import admin_config
+    from engine.adapters.kafka.config import admin_config
 
     return AdminClient(admin_config(kafka_bootstrap))
 

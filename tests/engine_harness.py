@@ -39,9 +39,9 @@ if str(REPO_ROOT) not in sys.path:
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
 
-from engine.adapters.kafka_admin import admin_for, apply  # noqa: E402
-from engine.adapters.kafka_config import consumer_config, producer_config  # noqa: E402
-from engine.adapters.kafka_io import log_end_offsets  # noqa: E402
+from engine.adapters.kafka.admin import admin_for, apply  # noqa: E402
+from engine.adapters.kafka.config import consumer_config, producer_config  # noqa: E402
+from engine.adapters.kafka.io import log_end_offsets  # noqa: E402
 from engine.client import Client  # noqa: E402
 from engine.codec import decode_history, decode_message, encode_message  # noqa: E402
 from engine.config.settings import Settings, load_settings  # noqa: E402
@@ -355,7 +355,7 @@ class RunningEngine:
         if isinstance(existing, EngineProcess) and state_dir is None:
             return existing.start()
         if self.in_process:
-            from engine.adapters.kafka_processor import ProcessorRunner
+            from engine.adapters.kafka.processor import ProcessorRunner
             from engine.runtime.registry import default_registry
 
             settings = _replace(self.settings, replica_id=replica_id, state_dir=str(state))
@@ -388,7 +388,7 @@ class RunningEngine:
         if isinstance(existing, EngineProcess):
             return existing.start()
         if self.in_process:
-            from engine.adapters.kafka_worker import KafkaWorker
+            from engine.adapters.kafka.worker import KafkaWorker
             from engine.runtime.registry import default_registry
 
             worker = KafkaWorker(

@@ -34,12 +34,11 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from engine.adapters.kafka_processor import Progress
 from engine.core.errors import ConfigurationError
 from engine.core.history import RuntimeStatus
 from engine.services.processor.partition import PartitionProcessor
 from engine.services.processor.protocol import Step
-from engine.services.processor.state import TIMER_LATENESS_MS
+from engine.services.processor.state import TIMER_LATENESS_MS, Progress
 
 __all__ = ["MetricsServer", "ProcessorMetrics", "WorkerMetrics"]
 

@@ -21,13 +21,13 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteBatch
 
-from engine.adapters.kafka_history import ProgressCallback, ReadEnd, TopicReader
+from engine.adapters.kafka.history import ProgressCallback, ReadEnd, TopicReader
 from engine.codec import decode_message
 from engine.config.settings import Settings
 from engine.config.topics import topic_names
 from engine.core.errors import CodecError
 from engine.core.messages import InstanceStatus
-from engine.services.listing import InstancePage, PageCollector
+from engine.services.client.listing import InstancePage, PageCollector
 
 __all__ = ["StatusFold", "fold_status_topic", "list_page_from_topic"]
 

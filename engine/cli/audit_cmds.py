@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from engine.adapters.kafka_history import TopicReader
+from engine.adapters.kafka.history import TopicReader
 from engine.adapters.state_files import read_state_rows, replica_partitions
 from engine.cli import SubParsers
 from engine.cli.audit_io import (

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from engine.adapters.kafka_history import TopicReader
+from engine.adapters.kafka.history import TopicReader
 from engine.codec import decode_history, read_history_file
 from engine.core.errors import CodecError, ConfigurationError
 from engine.core.history import HistoryEvent

@@ -30,7 +30,7 @@ from engine.client import Client, InstanceState
 from engine.core.errors import InstanceNotFoundError, WaitTimeoutError
 from engine.core.history import RuntimeStatus
 from engine.core.messages import IdReusePolicy
-from engine.services.listing import DEFAULT_PAGE, MAX_PAGE
+from engine.services.client.listing import DEFAULT_PAGE, MAX_PAGE
 
 __all__ = ["register"]
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from engine.adapters.kafka_config import BOOTSTRAP_ENV
+from engine.adapters.kafka.config import BOOTSTRAP_ENV
 from engine.cli import SubParsers
 from engine.cli.options import add_metrics_arguments
 from engine.config.settings import Settings, load_settings
@@ -81,7 +81,7 @@ def _engine(settings: Settings, args: argparse.Namespace) -> Iterator[None]:
     ``--metrics-port`` if given."""
     from prometheus_client import CollectorRegistry
 
-    from engine.adapters.kafka_worker import KafkaWorker
+    from engine.adapters.kafka.worker import KafkaWorker
     from engine.adapters.metrics import WorkerMetrics
     from engine.cli.observe import metrics_endpoint, observed_processor
     from engine.cli.traces import process_tracing
@@ -115,7 +115,7 @@ def _engine(settings: Settings, args: argparse.Namespace) -> Iterator[None]:
 
 def _run(args: argparse.Namespace) -> int:
     import engine.examples.orders  # noqa: F401 - registers the order workflows
-    from engine.adapters.kafka_admin import apply, ensure_reachable
+    from engine.adapters.kafka.admin import apply, ensure_reachable
     from engine.config.topics import load_spec
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -174,7 +174,7 @@ def _wait_custom_status(client: Any, instance_id: str, wanted: str, timeout: flo
 
 
 def _timeline(settings: Settings, instance_id: str) -> None:
-    from engine.adapters.kafka_history import read_instance_history
+    from engine.adapters.kafka.history import read_instance_history
     from engine.services.audit.timeline import HEADER, timeline_lines
 
     events = read_instance_history(settings, instance_id)

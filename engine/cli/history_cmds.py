@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from engine.adapters.kafka_history import ReadEnd, TopicReader
+from engine.adapters.kafka.history import ReadEnd, TopicReader
 from engine.cli import SubParsers
 from engine.cli.audit_io import (
     EXIT_PROBLEMS,

@@ -14,8 +14,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 
-from engine.adapters import kafka_admin
-from engine.adapters.kafka_triggers import TriggerBridge
+from engine.adapters.kafka import admin as kafka_admin
+from engine.adapters.kafka.triggers import TriggerBridge
 from engine.config.settings import Settings
 from engine.config.triggers import parse_trigger_flag
 from engine.core.errors import ConfigurationError, TriggerError

@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.verbose:
-        from engine.adapters.kafka_logs import show_librdkafka_logs
+        from engine.adapters.kafka.logs import show_librdkafka_logs
 
         show_librdkafka_logs()
     handler: CommandHandler | None = getattr(args, "handler", None)

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from prometheus_client import CollectorRegistry
 
-from engine.adapters.kafka_processor import ProcessorRunner
+from engine.adapters.kafka.processor import ProcessorRunner
 from engine.adapters.metrics import MetricsServer, ProcessorMetrics
 from engine.cli.traces import process_tracing
 from engine.config.settings import Settings

@@ -110,7 +110,7 @@ def connected_settings(
     """The settings, once Kafka has answered at their address: a command against a broker
     that is down fails here, within the connect timeout (or ``within_s`` if shorter), with
     one message saying why and what to do."""
-    from engine.adapters.kafka_admin import ensure_reachable
+    from engine.adapters.kafka.admin import ensure_reachable
 
     settings = settings_from_args(args, **overrides)
     timeout = settings.connect_timeout_s

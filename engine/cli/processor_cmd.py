@@ -13,9 +13,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from engine.adapters import kafka_admin
-from engine.adapters.kafka_processor import ProcessorRunner
-from engine.adapters.kafka_worker import KafkaWorker
+from engine.adapters.kafka import admin as kafka_admin
+from engine.adapters.kafka.processor import ProcessorRunner
+from engine.adapters.kafka.worker import KafkaWorker
 from engine.adapters.metrics import WorkerMetrics
 from engine.adapters.schema_registry import connect_schema_registry
 from engine.cli import SubParsers

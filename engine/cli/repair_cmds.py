@@ -2,7 +2,7 @@
 
 ``reset`` and ``rerun`` send one ``ResetWorkflow`` command and print the processor's answer
 (a refusal exits 4 with the reason, like every command). ``bulk`` applies one command to
-every instance a filter matches (``engine.services.bulk``): progress on stderr, a summary
+every instance a filter matches (``engine.services.client.bulk``): progress on stderr, a summary
 of the answers on stdout, exit 124 when some answers did not arrive in time.
 """
 
@@ -29,7 +29,7 @@ from engine.cli.options import (
 from engine.client import Client
 from engine.core.history import RuntimeStatus
 from engine.core.messages import ResetTarget
-from engine.services.bulk import OPERATIONS, BulkFilter, BulkJob, JobSpec, PositionFile
+from engine.services.client.bulk import OPERATIONS, BulkFilter, BulkJob, JobSpec, PositionFile
 
 __all__ = ["register"]
 

@@ -40,7 +40,7 @@ def register(subparsers: SubParsers) -> None:
         "schedule",
         help="start a workflow on a cron expression or an interval",
         description="Schedules live in the engine (a row on its partition, driven by "
-        "durable timers): each slot starts exactly one run, with the id NAME/<slot time>.",
+        "durable timers): each fire time starts exactly one run, with the id NAME/<fire time>.",
     )
     schedule.set_defaults(help_parser=schedule)
     commands = schedule.add_subparsers(title="schedule commands", metavar="COMMAND")
@@ -108,16 +108,16 @@ def _register_create(commands: SubParsers) -> None:
         type=str.upper,
         choices=[p.value for p in OverlapPolicy],
         default=OverlapPolicy.SKIP.value,
-        help="what a slot does while the previous run still runs (default SKIP)",
+        help="what a fire time does while the previous run still runs (default SKIP)",
     )
     create.add_argument(
         "--catch-up-window",
         type=_duration("the catch-up window"),
         default=3600.0,
-        help="after downtime, missed slots younger than this still run (default 1h)",
+        help="after downtime, missed fire times younger than this still run (default 1h)",
     )
-    create.add_argument("--start-at", type=iso_time, help="no slot before this ISO 8601 time")
-    create.add_argument("--end-at", type=iso_time, help="no slot after this ISO 8601 time")
+    create.add_argument("--start-at", type=iso_time, help="no fire time before this ISO 8601 time")
+    create.add_argument("--end-at", type=iso_time, help="no fire time after this ISO 8601 time")
     create.add_argument(
         "--timezone",
         type=_checked(_timezone),
@@ -167,8 +167,8 @@ def _op(method: str) -> Callable[[argparse.Namespace], int]:
 
 
 _SIMPLE: tuple[tuple[str, str, Callable[[argparse.Namespace], int]], ...] = (
-    ("pause", "pause a schedule: no slot starts a run until resumed", _pause),
-    ("resume", "resume a paused schedule from its next slot", _op("resume_schedule")),
+    ("pause", "pause a schedule: no fire time starts a run until resumed", _pause),
+    ("resume", "resume a paused schedule from its next fire time", _op("resume_schedule")),
     ("delete", "delete a schedule (the runs it started go on)", _op("delete_schedule")),
     ("trigger", "start a run now, under the overlap policy", _op("trigger_schedule")),
 )
@@ -202,7 +202,7 @@ def _describe(args: argparse.Namespace) -> int:
     if found is None:
         print(f"no schedule {args.name!r} (see 'turnstile schedule list')")
         return EXIT_NOT_FOUND
-    for key in ("next_fire_ms", "last_slot_ms", "created_ms", "start_at_ms", "end_at_ms"):
+    for key in ("next_fire_ms", "last_fire_ms", "created_ms", "start_at_ms", "end_at_ms"):
         found[key.removesuffix("_ms")] = _time(found.pop(key))
     print(json.dumps(found, indent=2, default=str))
     return 0

@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from engine.adapters import kafka_admin
+from engine.adapters.kafka import admin as kafka_admin
 from engine.cli import SubParsers
 from engine.cli.options import add_settings_arguments, connected_settings, settings_from_args
 from engine.cli.worker_cmd import import_modules

@@ -20,8 +20,8 @@ from types import FrameType
 
 from prometheus_client import CollectorRegistry
 
-from engine.adapters.kafka_deadline import end_process_stuck
-from engine.adapters.kafka_worker import KafkaWorker, run_loops
+from engine.adapters.kafka.deadline import end_process_stuck
+from engine.adapters.kafka.worker import KafkaWorker, run_loops
 from engine.adapters.metrics import WorkerMetrics
 from engine.cli import SubParsers
 from engine.cli.gc_tuning import tune_gc
@@ -40,9 +40,9 @@ from engine.cli.traces import process_tracing
 from engine.core.errors import ConfigurationError
 from engine.core.task_queues import check_task_queue
 from engine.runtime.registry import default_registry
-from engine.services.activity_runner import EXECUTORS
 from engine.services.contracts import check_contracts
-from engine.services.queue_limits import QueueLimits
+from engine.services.worker.queue_limits import QueueLimits
+from engine.services.worker.runner import EXECUTORS
 
 __all__ = ["STOP_GRACE_S", "import_modules", "register", "served_queues", "stop_on_signals"]
 

@@ -105,11 +105,62 @@ def load_schema_file(path: Path, version: str) -> WriterSchema:
         ) from None
     except ValueError as exc:
         raise CodecError(f"Avro schema {path} is not valid JSON: {exc}") from exc
+    raw = with_references(raw, path.parent)
     try:
         parsed = parse_record(strip_logical_types(raw))
     except Exception as exc:  # fastavro raises several unrelated types for bad schemas
         raise CodecError(f"Avro schema {path} is not a valid schema: {exc}") from exc
     return WriterSchema(path.stem, version, raw, parsed, schema_fingerprint(raw))
+
+
+_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+_NAMED = frozenset({"record", "error", "enum", "fixed"})
+
+
+def with_references(raw: Any, directory: Path) -> Any:
+    """The schema with each named type it uses but does not define read in, at its first
+    use, from the file of that name beside it (``io.turnstile.Command`` from
+    ``Command.avsc``).
+
+    So a type is written in one file only (``InstanceRow.avsc`` refers to the Command
+    union instead of copying it), while the engine still works with one whole schema per
+    record: the expanded schema is what Avro's Parsing Canonical Form sees, so the
+    fingerprint is the one a copy would have had. A name with no such file is left for
+    the Avro parser to report."""
+    defined: set[str] = set()
+
+    def full_name(name: str, namespace: str) -> str:
+        return name if "." in name or not namespace else f"{namespace}.{name}"
+
+    def walk(node: Any, namespace: str) -> Any:
+        if isinstance(node, str):
+            full = full_name(node, namespace)
+            if node in _PRIMITIVES or full in defined:
+                return node
+            path = directory / f"{full.rsplit('.', 1)[-1]}.avsc"
+            if not path.is_file():
+                return node
+            return walk(json.loads(path.read_text(encoding="utf-8")), namespace)
+        if isinstance(node, list):
+            return [walk(branch, namespace) for branch in node]
+        if not isinstance(node, dict):
+            return node
+        kind = node.get("type")
+        if kind in _NAMED and "name" in node:
+            full = full_name(node["name"], node.get("namespace", namespace))
+            defined.add(full)
+            inner = full.rsplit(".", 1)[0] if "." in full else ""
+            if "fields" not in node:
+                return node
+            fields = [{**f, "type": walk(f["type"], inner)} for f in node["fields"]]
+            return {**node, "fields": fields}
+        out = dict(node)
+        for key in ("type", "items", "values"):
+            if key in out:
+                out[key] = walk(out[key], namespace)
+        return out
+
+    return walk(raw, "")
 
 
 def load_current(directory: Path | None = None) -> dict[str, WriterSchema]:

@@ -8,7 +8,7 @@ file holds every topic a deployment needs; a running engine still never creates 
 (a misspelled ``ctx.publish`` topic must fail, not appear).
 
 Everything here is plain data and logic, so it can be tested without a broker; the Kafka
-side (describe, create, alter) lives in ``engine.adapters.kafka_admin``.
+side (describe, create, alter) lives in ``engine.adapters.kafka.admin``.
 
 Why a diff and not "create if missing": the processor relies on co-partitioning (an
 instance's commands, results, history and state all live on partition murmur2(id) % P of

@@ -7,18 +7,18 @@ end), and comma-separated lists of those; months and weekdays also take their En
 three-letter names (``JAN``-``DEC``, ``SUN``-``SAT``; weekday 7 is Sunday too). As in
 Vixie cron, when both day fields are restricted a day matches if either does. The
 shortcuts ``@yearly``, ``@monthly``, ``@weekly``, ``@daily`` and ``@hourly`` stand for
-their usual expressions. A schedule needs to know the next slot after a given time, and
+their usual expressions. A schedule needs to know the next fire time after a given time, and
 nothing else, so that is the one question :meth:`Cron.next_after` answers.
 
 Time zones: the zone comes in as a ``tzinfo`` (an offset for any instant), not as a name.
 Turning a name into offsets reads the system's time zone database (``zoneinfo``), which
 is I/O whose answer depends on the host; the service layer does that
 (``engine/services/time_zones.py``) and this module stays pure. Matching is literal, as in
-Temporal's schedules: an instant is a slot when the wall-clock time in the zone at that
+Temporal's schedules: an instant is a fire time when the wall-clock time in the zone at that
 instant matches the fields. So a time that a spring-forward transition skips (02:30 on
-the night Europe/Paris goes from 02:00 to 03:00) does not occur and its slot is skipped,
+the night Europe/Paris goes from 02:00 to 03:00) does not occur and its fire time is skipped,
 and a time that a fall-back transition repeats (02:30 on the night Paris goes from 03:00
-back to 02:00) occurs twice and is a slot both times, an hour apart.
+back to 02:00) occurs twice and is a fire time both times, an hour apart.
 """
 
 from __future__ import annotations
@@ -76,23 +76,23 @@ class Cron:
         return in_month and in_week
 
     def next_after(self, after_ms: int, zone: tzinfo = UTC) -> int:
-        """The first slot strictly after ``after_ms`` (epoch ms): the first instant whose
+        """The first fire time strictly after ``after_ms`` (epoch ms): the first instant whose
         wall-clock time in ``zone`` is a matching minute.
 
         Between two offset changes the zone's wall clock is UTC shifted by a constant, so
-        the search is the UTC one, shifted; when the offset changes before the slot it
+        the search is the UTC one, shifted; when the offset changes before the fire time it
         found, the search starts again at the change with the new offset (which skips the
         wall times a spring-forward jumps over and visits again those a fall-back repeats).
         """
         if zone is UTC:
             return self._next_wall_after(after_ms)
-        start = after_ms + 1  # the first instant that may be the slot
+        start = after_ms + 1  # the first instant that may be the fire time
         while True:
             offset = _offset_ms(zone, start)
-            slot = self._next_wall_after(start - 1 + offset) - offset
-            change = _offset_change(zone, start, slot, offset)
+            fire = self._next_wall_after(start - 1 + offset) - offset
+            change = _offset_change(zone, start, fire, offset)
             if change is None:
-                return slot
+                return fire
             start = change
 
     def _next_wall_after(self, after_ms: int) -> int:

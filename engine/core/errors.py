@@ -76,7 +76,7 @@ itself; they never reach workflow code.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 
 class TurnstileError(Exception):
@@ -276,8 +276,13 @@ class CommandRefusedError(InstanceError):
 
     ``outcome`` is that answer (an ``engine.core.messages.CommandOutcome``: the reason and
     the instance's status), or None when the refusal was decided without asking the
-    processor (a read of the status view). Each refusal has its own subclass below.
+    processor (a read of the status view). Each refusal has its own subclass below, and
+    each subclass its stable ``code``: the processor writes the code into the answer
+    (``CommandOutcome.code``) and the client maps it back to the class, so a class can be
+    renamed without breaking clients or producers in other languages.
     """
+
+    code: ClassVar[str] = "refused"
 
     def __init__(self, message: str, outcome: Any = None) -> None:
         super().__init__(message)
@@ -287,46 +292,66 @@ class CommandRefusedError(InstanceError):
 class InstanceNotFoundError(CommandRefusedError):
     """No instance exists for the id (never started, or purged)."""
 
+    code: ClassVar[str] = "instance_not_found"
+
 
 class InstanceAlreadyExistsError(CommandRefusedError):
     """A start was refused by the ID-reuse policy."""
+
+    code: ClassVar[str] = "instance_already_exists"
 
 
 class WorkflowAlreadyRunningError(InstanceAlreadyExistsError):
     """A start under ERROR_IF_RUNNING found the instance PENDING, RUNNING, SUSPENDED or
     PARKED."""
 
+    code: ClassVar[str] = "already_running"
+
 
 class WorkflowAlreadyRanError(InstanceAlreadyExistsError):
     """A start under REJECT_DUPLICATE found an instance that already ran under the id."""
+
+    code: ClassVar[str] = "already_ran"
 
 
 class InstanceNotRunningError(CommandRefusedError):
     """The instance has ended (COMPLETED, FAILED, TERMINATED): it takes no more commands
     or events; start a new run under the id instead (``signal_with_start`` does both)."""
 
+    code: ClassVar[str] = "instance_not_running"
+
 
 class InstanceNotSuspendedError(CommandRefusedError):
     """A resume found the instance neither suspended nor parked."""
+
+    code: ClassVar[str] = "instance_not_suspended"
 
 
 class InstanceAlreadySuspendedError(CommandRefusedError):
     """A suspend found the instance suspended already."""
 
+    code: ClassVar[str] = "already_suspended"
+
 
 class InstanceStillRunningError(CommandRefusedError):
     """A purge found the instance still PENDING, RUNNING, SUSPENDED or PARKED."""
+
+    code: ClassVar[str] = "still_running"
 
 
 class PendingEventsFullError(CommandRefusedError):
     """An event for an instance that has not started found its bound of pending events
     full (``pending_events_max``); the event went to dead letters."""
 
+    code: ClassVar[str] = "pending_events_full"
+
 
 class ParkedEventsFullError(CommandRefusedError):
     """An event for a PARKED instance found the events it keeps for its retry at their
     bound (``parked_events_max``, ``parked_events_max_bytes``); the event went to dead
     letters and the instance stays parked."""
+
+    code: ClassVar[str] = "parked_events_full"
 
 
 # --- per-key concurrency limits on starts ---------------------------------------------------
@@ -335,6 +360,8 @@ class ParkedEventsFullError(CommandRefusedError):
 class NoConcurrencyLimitError(CommandRefusedError):
     """A start named a ``concurrency_key`` for a workflow that declares no
     ``max_concurrency_per_key``, or used an instance id reserved for the limits' rows."""
+
+    code: ClassVar[str] = "no_concurrency_limit"
 
 
 # --- schedules --------------------------------------------------------------------------------
@@ -349,17 +376,25 @@ class ScheduleSpecError(TurnstileError, ValueError):
 class ScheduleRefusedError(CommandRefusedError):
     """The processor refused a schedule command; the subclasses say why."""
 
+    code: ClassVar[str] = "schedule_refused"
+
 
 class ScheduleAlreadyExistsError(ScheduleRefusedError):
     """A create named a schedule that exists (delete it first, or pick another name)."""
+
+    code: ClassVar[str] = "schedule_already_exists"
 
 
 class ScheduleNotFoundError(ScheduleRefusedError):
     """A pause, resume, delete or trigger named no existing schedule."""
 
+    code: ClassVar[str] = "schedule_not_found"
+
 
 class ScheduleDefinitionError(ScheduleRefusedError):
     """The processor found the schedule's definition unusable (see ScheduleSpecError)."""
+
+    code: ClassVar[str] = "schedule_definition"
 
 
 # --- reset and rerun --------------------------------------------------------------------------
@@ -370,10 +405,14 @@ class InvalidResetPointError(CommandRefusedError):
     number before the run's start or past its last event, a last failure in a run that has
     none), or an instance that has not started; nothing was changed."""
 
+    code: ClassVar[str] = "invalid_reset_point"
+
 
 class RerunTooLargeError(CommandRefusedError):
     """A rerun's history is more than one record can carry to the new instance id (it
     travels on instance-messages); reset in place instead, or raise max_record_bytes."""
+
+    code: ClassVar[str] = "rerun_too_large"
 
 
 class WaitTimeoutError(TurnstileError):

@@ -41,6 +41,7 @@ class SeenRequest:
     result: str
     error: str = ""
     reason: str = ""
+    code: str = ""
 
 
 @dataclass(slots=True)

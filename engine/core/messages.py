@@ -235,14 +235,21 @@ class RerunFrom(Message):
 
 
 COMMAND_BODY_TYPES: tuple[type[Message], ...] = (
-    *(t for t in COMMAND_TYPES if t is not ResetWorkflow),
+    StartWorkflow,
+    RaiseEvent,
+    TerminateWorkflow,
+    SuspendWorkflow,
+    ResumeWorkflow,
+    PurgeWorkflow,
+    SignalWithStart,
     CancelWorkflow,
     ConcurrencySlot,
     *ENGINE_COMMAND_TYPES,
     ResetWorkflow,
     RerunFrom,
 )
-"""Every branch of the Command union (the commands topic accepts only COMMAND_TYPES)."""
+"""Every branch of the Command union, in the union's order (a new kind goes last); the
+commands topic accepts only COMMAND_TYPES."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,8 +391,10 @@ class CommandOutcome(Message):
     """The processor's answer to one command, on the command-outcomes topic.
 
     Produced in the transaction of the turn that handled the command, keyed by instance id.
-    ``error`` names the client error a refusal raises (an ``engine.core.errors`` class
-    name; empty unless REFUSED); ``status`` and ``generation`` are the instance's after
+    ``code`` is a refusal's stable code (``instance_not_found``, ``already_running``, ...:
+    ``CommandRefusedError.code``; empty unless REFUSED, and in answers written before codes
+    existed); ``error`` is the class name of the error a client raises, kept for clients
+    that predate codes; ``status`` and ``generation`` are the instance's after
     the command (status None: the id has no instance). ``duplicate`` marks the answer to a
     command whose request id was seen before: it repeats the first answer and nothing was
     applied again.
@@ -401,6 +410,7 @@ class CommandOutcome(Message):
     duplicate: bool = False
     timestamp_ms: int = 0
     generation: int = 0
+    code: str = ""
 
 
 @dataclass(frozen=True, slots=True)

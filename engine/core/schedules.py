@@ -1,11 +1,11 @@
-"""Schedules: what a schedule is and what it decides at each slot, pure.
+"""Schedules: what a schedule is and what it decides at each fire time, pure.
 
-A schedule starts a workflow at every slot of a cron expression or a fixed interval. It is
+A schedule starts a workflow at every fire time of a cron expression or a fixed interval. It is
 the engine's own state, kept in the row of a reserved id (:func:`schedule_id`, on the one
 partition that owns it) and driven by that partition's durable timers, so it survives
-restarts and takeovers. Each slot starts at most one run, under a deterministic instance
-id (:func:`run_id`: the schedule's name and the slot's time) with the REJECT_DUPLICATE
-policy, so a slot handled twice can never start two runs. The runs are started as
+restarts and takeovers. Each fire time starts at most one run, under a deterministic instance
+id (:func:`run_id`: the schedule's name and the fire time) with the REJECT_DUPLICATE
+policy, so a fire time handled twice can never start two runs. The runs are started as
 children of the schedule's row: each run's end comes back to it as a child result, which
 is how the overlap policy knows whether a run still runs. The functions here decide; the
 processor (``services/processor/schedules.py``) moves the messages and the timers.
@@ -26,23 +26,23 @@ from engine.core.payloads import Payload
 SCHEDULE_PREFIX = "~schedules/"
 #: Schedule names: they become part of instance ids and CLI arguments.
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
-#: Slots one timer may look at before it counts the rest as missed without looking
+#: Fire times one timer may look at before it counts the rest as missed without looking
 #: (an every-minute cron after a year of downtime would otherwise take a while).
-MAX_SLOTS_PER_FIRE = 10_000
+MAX_FIRE_TIMES_PER_TIMER = 10_000
 DEFAULT_CATCH_UP_WINDOW_MS = 3600 * 1000
 #: Running runs a description names (the newest; ``running_count`` counts them all).
 _DESCRIBED_RUNS = 100
 
 
 class OverlapPolicy(StrEnum):
-    """What a slot does while the schedule's previous run still runs."""
+    """What a fire time does while the schedule's previous run still runs."""
 
-    #: The slot is skipped (and counted).
+    #: The fire time is skipped (and counted).
     SKIP = "SKIP"
-    #: The slot waits and starts when the running run ends; at most one waits, further
-    #: slots are skipped.
+    #: The fire time waits and starts when the running run ends; at most one waits, further
+    #: fire times are skipped.
     BUFFER_ONE = "BUFFER_ONE"
-    #: Every slot starts a run, however many still run.
+    #: Every fire time starts a run, however many still run.
     ALLOW_ALL = "ALLOW_ALL"
 
 
@@ -63,14 +63,14 @@ class ScheduleSpec:
     workflow: str = ""
     #: A five-field cron expression (in ``timezone``), or "" for an interval schedule.
     cron: str = ""
-    #: The interval of an interval schedule (ms; slots at start_at + k * every).
+    #: The interval of an interval schedule (ms; fire times at start_at + k * every).
     every_ms: int = 0
     version: str = ""
     input: Payload | None = None
     overlap: OverlapPolicy = OverlapPolicy.SKIP
-    #: Missed slots younger than this still run after downtime; older ones are skipped.
+    #: Missed fire times younger than this still run after downtime; older ones are skipped.
     catch_up_window_ms: int = DEFAULT_CATCH_UP_WINDOW_MS
-    #: No slot before this / after this (epoch ms; 0: no bound).
+    #: No fire time before this / after this (epoch ms; 0: no bound).
     start_at_ms: int = 0
     end_at_ms: int = 0
     #: The IANA time zone whose wall clock the cron expression reads (``Europe/Paris``);
@@ -87,18 +87,18 @@ class ScheduleState:
     #: Why it was paused (or "").
     note: str = ""
     created_ms: int = 0
-    #: The slot the schedule's timer is set for (0: none left).
+    #: The fire time the schedule's timer is set for (0: none left).
     next_fire_ms: int = 0
     #: Ids of the runs it started that have not ended (the overlap policy looks here).
     running: list[str] = field(default_factory=list)
-    #: A slot that waits for the running run to end (BUFFER_ONE; 0: none).
+    #: A fire time that waits for the running run to end (BUFFER_ONE; 0: none).
     buffered_ms: int = 0
     started: int = 0
-    #: Slots skipped because a run still ran (SKIP, or BUFFER_ONE with one waiting).
+    #: Fire times skipped because a run still ran (SKIP, or BUFFER_ONE with one waiting).
     skipped_overlap: int = 0
-    #: Slots skipped because they were older than the catch-up window when handled.
+    #: Fire times skipped because they were older than the catch-up window when handled.
     skipped_missed: int = 0
-    last_slot_ms: int = 0
+    last_fire_ms: int = 0
     last_run_id: str = ""
 
 
@@ -152,71 +152,73 @@ def check_spec(spec: ScheduleSpec) -> ScheduleSpec:
     return spec
 
 
-def next_slot(spec: ScheduleSpec, after_ms: int, zone: tzinfo = UTC) -> int:
-    """The first slot strictly after ``after_ms`` (0: none, past ``end_at_ms``); ``zone``
+def next_fire_time(spec: ScheduleSpec, after_ms: int, zone: tzinfo = UTC) -> int:
+    """The first fire time strictly after ``after_ms`` (0: none, past ``end_at_ms``); ``zone``
     is ``spec.timezone`` resolved (the caller's job: it reads the tz database)."""
     if spec.every_ms:
         anchor = spec.start_at_ms
         if after_ms < anchor:
-            slot = anchor
+            fire = anchor
         else:
-            slot = anchor + ((after_ms - anchor) // spec.every_ms + 1) * spec.every_ms
+            fire = anchor + ((after_ms - anchor) // spec.every_ms + 1) * spec.every_ms
     else:
-        slot = parse_cron(spec.cron).next_after(max(after_ms, spec.start_at_ms - 1), zone)
-    if spec.end_at_ms and slot > spec.end_at_ms:
+        fire = parse_cron(spec.cron).next_after(max(after_ms, spec.start_at_ms - 1), zone)
+    if spec.end_at_ms and fire > spec.end_at_ms:
         return 0
-    return slot
+    return fire
 
 
-def run_id(name: str, slot_ms: int, *, triggered: bool = False) -> str:
-    """The instance id of the run of ``name``'s slot: ``NAME/2026-12-01T17:05:00Z`` (a
-    trigger: ``NAME/trigger-...``), the same every time the slot is handled."""
-    when = datetime.fromtimestamp(slot_ms / 1000, UTC)
+def run_id(name: str, fire_ms: int, *, triggered: bool = False) -> str:
+    """The instance id of the run of ``name``'s fire time: ``NAME/2026-12-01T17:05:00Z`` (a
+    trigger: ``NAME/trigger-...``), the same every time the fire time is handled."""
+    when = datetime.fromtimestamp(fire_ms / 1000, UTC)
     text = when.strftime("%Y-%m-%dT%H:%M:%S")
-    if slot_ms % 1000:
-        text += f".{slot_ms % 1000:03d}"
+    if fire_ms % 1000:
+        text += f".{fire_ms % 1000:03d}"
     return f"{name}/{'trigger-' if triggered else ''}{text}Z"
 
 
 @dataclass(frozen=True, slots=True)
-class DueSlots:
-    """What a timer at ``now`` finds: the slots to handle (in order), how many were
-    missed past the catch-up window, and the next slot after now (0: none)."""
+class DueFireTimes:
+    """What a timer at ``now`` finds: the fire times to handle (in order), how many were
+    missed past the catch-up window, and the next fire time after now (0: none)."""
 
-    slots: list[int]
+    times: list[int]
     missed: int
     next_ms: int
 
 
-def due_slots(spec: ScheduleSpec, first_ms: int, now_ms: int, zone: tzinfo = UTC) -> DueSlots:
-    """The slots from ``first_ms`` up to ``now_ms``: those inside the catch-up window are
-    handled, older ones are counted as missed (``zone``: as for :func:`next_slot`)."""
+def due_fire_times(
+    spec: ScheduleSpec, first_ms: int, now_ms: int, zone: tzinfo = UTC
+) -> DueFireTimes:
+    """The fire times from ``first_ms`` up to ``now_ms``: those inside the catch-up window are
+    handled, older ones are counted as missed (``zone``: as for :func:`next_fire_time`)."""
     floor = now_ms - spec.catch_up_window_ms
-    slots: list[int] = []
+    times: list[int] = []
     missed = 0
-    slot = first_ms
-    if spec.every_ms and slot and slot < floor:  # jump over the missed ones at once
-        skip = (floor - slot + spec.every_ms - 1) // spec.every_ms
-        missed, slot = skip, slot + skip * spec.every_ms
-        if spec.end_at_ms and slot > spec.end_at_ms:
-            return DueSlots([], missed, 0)
+    fire = first_ms
+    if spec.every_ms and fire and fire < floor:  # jump over the missed ones at once
+        skip = (floor - fire + spec.every_ms - 1) // spec.every_ms
+        missed, fire = skip, fire + skip * spec.every_ms
+        if spec.end_at_ms and fire > spec.end_at_ms:
+            return DueFireTimes([], missed, 0)
     looked = 0
-    while slot and slot <= now_ms:
+    while fire and fire <= now_ms:
         looked += 1
-        if slot < floor:
+        if fire < floor:
             missed += 1
         else:
-            slots.append(slot)
-        if looked >= MAX_SLOTS_PER_FIRE and not spec.every_ms:
+            times.append(fire)
+        if looked >= MAX_FIRE_TIMES_PER_TIMER and not spec.every_ms:
             # counted no further: past the cap
-            slot = next_slot(spec, max(slot, floor - 1), zone)
+            fire = next_fire_time(spec, max(fire, floor - 1), zone)
             continue
-        slot = next_slot(spec, slot, zone)
-    return DueSlots(slots, missed, slot)
+        fire = next_fire_time(spec, fire, zone)
+    return DueFireTimes(times, missed, fire)
 
 
 def decide(state: ScheduleState) -> Decision:
-    """What a slot does now, by the overlap policy and the runs still running."""
+    """What a fire time does now, by the overlap policy and the runs still running."""
     if not state.running or state.spec.overlap is OverlapPolicy.ALLOW_ALL:
         return Decision.START
     if state.spec.overlap is OverlapPolicy.BUFFER_ONE and not state.buffered_ms:
@@ -248,7 +250,7 @@ def describe(name: str, state: ScheduleState) -> dict[str, object]:
         "started": state.started,
         "skipped_overlap": state.skipped_overlap,
         "skipped_missed": state.skipped_missed,
-        "last_slot_ms": state.last_slot_ms,
+        "last_fire_ms": state.last_fire_ms,
         "last_run_id": state.last_run_id,
     }
 

@@ -11,7 +11,7 @@ point:
 - of the turn that holds the point, the inbound events *before* the point are offered
   again (reused), the event at the point and everything after it are dropped, and the
   code decides that turn again; the first turn's ``ExecutionStarted`` is always reused;
-- events raised after the point (``EventRaised``: signals from clients and instances) are
+- events raised after the point (``EventRaised``: from clients and other instances) are
   delivered again, in order, so a reset never loses what others sent it; nothing else
   after the point is (results, timer fires, suspensions, the run's end are redone or gone).
 

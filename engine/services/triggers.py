@@ -3,7 +3,7 @@
 A trigger's record is not on the engine's partitioning (its producer chose the key and the
 partition), so it is not applied where it is read: each record becomes one ``StartWorkflow``
 or ``RaiseEvent`` command on the commands topic, keyed by the instance id it names, written
-in the transaction that commits the record's offset (``engine/adapters/kafka_triggers.py``).
+in the transaction that commits the record's offset (``engine/adapters/kafka/triggers.py``).
 The command's request id names the record (topic, partition, offset), so the processor's
 de-duplication would also recognise it. A record that cannot be mapped (no key, a missing
 header or field, a value that is not JSON or not Avro of the schema) goes to dead letters

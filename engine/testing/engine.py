@@ -36,28 +36,29 @@ from engine.core.errors import (
 )
 from engine.core.history import HistoryEvent
 from engine.core.keys import murmur2_partition
-from engine.core.messages import CommandOutcome, DeadLetter, IdReusePolicy, Message, ResetTarget
+from engine.core.messages import CommandOutcome, DeadLetter, Message
 from engine.runtime.registry import Registry, default_registry
-from engine.services.client import (
-    RETRY_REASON,
+from engine.services.client.commands import CommandMethods
+from engine.services.client.outcomes import OutcomeWaiters
+from engine.services.client.schedule_client import ScheduleClient, ScheduleMethods
+from engine.services.client.workflow_client import (
     InstanceState,
+    StatusPredicate,
     StatusView,
     WorkflowClient,
-    is_completed,
+    completed_since,
 )
 from engine.services.dead_letters import FirstPerSource, source_place
-from engine.services.outcomes import OutcomeWaiters
 from engine.services.processor.memory_store import MemoryPartitionStore
 from engine.services.processor.partition import Environment, PartitionProcessor
 from engine.services.processor.protocol import BatchMetrics, NoMetrics, Step
 from engine.services.processor.state import partition_cache_capacity
 from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
 from engine.services.records import RawRecord
-from engine.services.schedule_client import ScheduleClient, ScheduleMethods
 from engine.services.tracing import NoTracing, TraceHook
 from engine.services.triggers import Outgoing, check_workflows
 from engine.services.watchdog import TurnWatchdog
-from engine.services.worker import Outbound, Worker
+from engine.services.worker.worker import Outbound, Worker
 from engine.testing.fakes import HeldResults, Takes, worker_registry
 from engine.testing.topics import MemoryTopics
 from engine.testing.triggers import MemoryTriggerBridge
@@ -119,18 +120,19 @@ class _RunningOutcomes(OutcomeWaiters):
         return future.result()
 
 
-class TestEngine(ScheduleMethods):
+class TestEngine(CommandMethods, ScheduleMethods):
     """A whole engine in the test process: no broker, no disk, no waiting for timers.
 
     ``registry`` holds the workflows and activities (default: the ``@workflow`` /
     ``@activity`` registry); ``activities`` replaces activities by name or function, e.g.
     ``{"orders.charge": fake_charge}``, or with a fake that lasts a span of engine time,
-    ``{"orders.charge": takes(timedelta(minutes=10), "ok")}``. Commands mirror
-    :class:`engine.client.Client`: each waits for the processor's answer (the processors
-    run until it is there; the clock and the activities wait for :meth:`run`) and a refusal
-    raises the same error; with ``wait=False`` the command only waits on its topic for the
-    next :meth:`run`. The ``triggers`` of ``settings`` run too: :meth:`produce` a record on
-    a trigger topic and the next run turns it into its command, or a dead letter.
+    ``{"orders.charge": takes(timedelta(minutes=10), "ok")}``. The commands are
+    :class:`engine.client.Client`'s (the same methods, returning the same handles): each
+    waits for the processor's answer (the processors run until it is there; the clock and
+    the activities wait for :meth:`run`) and a refusal raises the same error; with
+    ``wait=False`` the command only waits on its topic for the next :meth:`run`. The
+    ``triggers`` of ``settings`` run too: :meth:`produce` a record on a trigger topic and
+    the next run turns it into its command, or a dead letter.
 
     Time follows what runs: while an activity runs, engine time moves with the wall clock;
     when no activity runs and nothing is due, a wait jumps to the next timer.
@@ -250,88 +252,10 @@ class TestEngine(ScheduleMethods):
     ) -> None:
         self.close()
 
-    # --- commands (as engine.client.Client) --------------------------------------------------
+    # --- commands (the verbs are CommandMethods', as on engine.client.Client) -------------
 
-    def start(
-        self,
-        workflow: str | Callable[..., Any],
-        input: Any = None,
-        *,
-        instance_id: str | None = None,
-        reuse_policy: IdReusePolicy = IdReusePolicy.ERROR_IF_RUNNING,
-        request_id: str | None = None,
-        start_at: datetime | None = None,
-        tags: dict[str, str] | None = None,
-        version: str = "",
-        concurrency_key: str = "",
-        wait: bool = True,
-    ) -> str:
-        """Start an instance; returns its id. Its turns run on the next :meth:`run` or wait;
-        a refused start raises (``WorkflowAlreadyRunningError``, ...)."""
-        return self.client.start(
-            workflow,
-            input,
-            instance_id=instance_id,
-            reuse_policy=reuse_policy,
-            request_id=request_id,
-            start_at=start_at,
-            tags=tags,
-            version=version,
-            concurrency_key=concurrency_key,
-            wait=wait,
-        )
-
-    def raise_event(
-        self, instance_id: str, name: str, data: Any = None, **options: Any
-    ) -> CommandOutcome | None:
-        """As ``Client.raise_event`` (``request_id``, ``wait``)."""
-        return self.client.raise_event(instance_id, name, data, **options)
-
-    def signal_with_start(
-        self,
-        workflow: str | Callable[..., Any],
-        instance_id: str,
-        event: str,
-        data: Any = None,
-        **options: Any,
-    ) -> CommandOutcome | None:
-        """As ``Client.signal_with_start``."""
-        return self.client.signal_with_start(workflow, instance_id, event, data, **options)
-
-    def terminate(
-        self, instance_id: str, reason: str = "", recursive: bool = False, **options: Any
-    ) -> CommandOutcome | None:
-        return self.client.terminate(instance_id, reason, recursive, **options)
-
-    def suspend(self, instance_id: str, reason: str = "", **options: Any) -> CommandOutcome | None:
-        return self.client.suspend(instance_id, reason, **options)
-
-    def resume(self, instance_id: str, reason: str = "", **options: Any) -> CommandOutcome | None:
-        return self.client.resume(instance_id, reason, **options)
-
-    def purge(self, instance_id: str, **options: Any) -> CommandOutcome | None:
-        return self.client.purge(instance_id, **options)
-
-    def reset(
-        self, instance_id: str, to: int | ResetTarget, reason: str = "", **options: Any
-    ) -> CommandOutcome | None:
-        """As ``Client.reset``: a new run from the history up to ``to``."""
-        return self.client.reset(instance_id, to, reason, **options)
-
-    def rerun(
-        self,
-        instance_id: str,
-        new_id: str,
-        to: int | ResetTarget = ResetTarget.FIRST_TURN,
-        reason: str = "",
-        **options: Any,
-    ) -> CommandOutcome | None:
-        """As ``Client.rerun``: the new run is the new instance ``new_id``."""
-        return self.client.reset(instance_id, to, reason, new_instance_id=new_id, **options)
-
-    def retry(self, instance_id: str, **options: Any) -> CommandOutcome | None:
-        """Run a parked instance again now (as ``Client.retry``: a resume)."""
-        return self.client.resume(instance_id, RETRY_REASON, **options)
+    def _command_client(self) -> WorkflowClient:
+        return self.client
 
     def _schedule_client(self) -> ScheduleClient:
         return ScheduleClient(self.client)
@@ -385,23 +309,26 @@ class TestEngine(ScheduleMethods):
         self._run(skip_time=False, horizon_ms=horizon)
 
     def wait_for_completion(
-        self, instance_id: str, timeout: timedelta | float | None = None
+        self, instance_id: str, timeout: timedelta | float | None = None, *, generation: int = 0
     ) -> InstanceState:
         """Run, skipping time to each next timer when nothing runs, until the instance
         has ended.
 
         ``timeout`` bounds the engine time to skip (seconds or a timedelta; default: no
         bound); a wait that runs out leaves the clock at its end, as a real wait would.
-        Raises :class:`WaitTimeoutError` when the instance still runs after it, or
+        With ``generation``, the end of an earlier run of the id does not count (what a
+        handle's ``result()`` passes). Raises :class:`WaitTimeoutError` when the instance
+        still runs after it, or
         when nothing is left to do (it waits for an event: raise it, or check the workflow).
         """
         horizon = None if timeout is None else self.clock.now_ms() + _ms(timeout)
-        self._run(skip_time=True, until=lambda: self._ended(instance_id), horizon_ms=horizon)
-        if horizon is not None and not self._ended(instance_id):
+        ended = completed_since(generation)
+        self._run(skip_time=True, until=lambda: self._ended(instance_id, ended), horizon_ms=horizon)
+        if horizon is not None and not self._ended(instance_id, ended):
             self.clock.advance_to(horizon)  # the whole timeout passed, as for a real wait
             self._run(skip_time=False, horizon_ms=horizon)
         status = self._view.get(instance_id)
-        if status is not None and is_completed(status):
+        if status is not None and ended(status):
             return InstanceState(status)
         state = "unknown" if status is None else status.status.value
         if horizon is not None and (self._next_due_ms() is not None or self._worker.load):
@@ -649,9 +576,9 @@ class TestEngine(ScheduleMethods):
         due += [] if held is None else [held]
         return min(due) if due else None
 
-    def _ended(self, instance_id: str) -> bool:
+    def _ended(self, instance_id: str, ended: StatusPredicate) -> bool:
         status = self._view.get(instance_id)
-        return status is not None and is_completed(status)
+        return status is not None and ended(status)
 
 
 def _ms(duration: timedelta | float) -> int:

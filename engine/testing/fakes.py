@@ -26,9 +26,9 @@ from engine.core.errors import ActivityTimeoutError
 from engine.core.failure import failure_from_exception
 from engine.core.messages import ActivityCancel, ActivityResult
 from engine.runtime.registry import Registry
-from engine.services.activity_timeouts import run_timeout_s
 from engine.services.records import RawRecord
-from engine.services.worker import Outbound
+from engine.services.worker.timeouts import run_timeout_s
+from engine.services.worker.worker import Outbound
 
 __all__ = ["HeldResults", "Takes", "takes", "worker_registry"]
 

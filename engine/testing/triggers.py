@@ -1,6 +1,6 @@
 """The test engine's trigger bridge: records on trigger topics become commands.
 
-The Kafka bridge (``engine/adapters/kafka_triggers.py``) reads each trigger topic and
+The Kafka bridge (``engine/adapters/kafka/triggers.py``) reads each trigger topic and
 writes, for every record, the ``StartWorkflow`` or ``RaiseEvent`` command it asks for or a
 dead letter with the reason. This does the same over the in-memory topics, with the same
 pure mapping (``engine/services/triggers.py``), so a test checks the mapping the processor

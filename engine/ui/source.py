@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.adapters.kafka_groups import describe_group
-from engine.adapters.kafka_history import ReadEnd, TopicReader, read_instance_history
+from engine.adapters.kafka.groups import describe_group
+from engine.adapters.kafka.history import ReadEnd, TopicReader, read_instance_history
 from engine.client import Client
 from engine.codec import decode_message
 from engine.config.settings import Settings

@@ -1,6 +1,7 @@
 """What the dashboard shows, as plain data: filtered pages of instances (the filter and
-the paging are ``engine.services.listing``, shared with the client and the CLI) and an instance's
-pending work read off its history. Pure functions, so they are tested without a broker."""
+the paging are ``engine.services.client.listing``, shared with the client and the CLI) and
+an instance's pending work read off its history. Pure functions, so they are tested
+without a broker."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from engine.core.history import (
     TimerFired,
 )
 from engine.core.messages import InstanceStatus
-from engine.services.listing import InstanceFilter, PageCollector
+from engine.services.client.listing import InstanceFilter, PageCollector
 
 __all__ = ["MAX_PAGE", "InstanceFilter", "Page", "filter_from_query", "pending_work", "select"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.adapters.kafka_worker import KafkaWorker
+from engine.adapters.kafka.worker import KafkaWorker
 from engine.runtime.registry import Registry
 from tests import process_activities
 from tests.engine_harness import ThreadProcess, running_engine, wait_until

@@ -19,8 +19,8 @@ from confluent_kafka import Producer
 from engine_harness import running_engine
 
 from engine import WorkflowContext, workflow
-from engine.adapters.kafka_config import producer_config
-from engine.adapters.kafka_history import TopicReader, read_instance_history
+from engine.adapters.kafka.config import producer_config
+from engine.adapters.kafka.history import TopicReader, read_instance_history
 from engine.cli.main import main
 from engine.codec import decode_message, encode_message, write_history_file
 from engine.config.topics import topic_names

@@ -23,7 +23,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from engine.adapters.kafka_config import (
+from engine.adapters.kafka.config import (
     consumer_config,
     producer_config,
     transactional_producer_config,

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.kafka
 
 
 def test_export_into_a_missing_folder(kafka_bootstrap: str, tmp_path: Path) -> None:
-    from engine.adapters.kafka_admin import apply
+    from engine.adapters.kafka.admin import apply
     from engine.config.settings import load_settings
     from engine.config.topics import load_spec
 

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from engine.adapters.kafka_config import (
+from engine.adapters.kafka.config import (
     consumer_config,
     transactional_producer_config,
 )

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from engine_harness import ThreadProcess, running_engine
 
-from engine.adapters.kafka_processor import ProcessorRunner
+from engine.adapters.kafka.processor import ProcessorRunner
 from engine.core.history import RuntimeStatus
 from engine.runtime.registry import default_registry
 from engine.services.processor.protocol import Step, SystemClock

@@ -22,9 +22,9 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from engine_harness import EngineProcess, history_problems, running_engine
 
-from engine.adapters.kafka_config import consumer_config
-from engine.adapters.kafka_io import RecordRejectedError
-from engine.adapters.kafka_processor import ProcessorRunner
+from engine.adapters.kafka.config import consumer_config
+from engine.adapters.kafka.io import RecordRejectedError
+from engine.adapters.kafka.processor import ProcessorRunner
 from engine.core.errors import BrokerError
 from engine.core.history import (
     ExecutionCompleted,

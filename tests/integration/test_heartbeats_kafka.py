@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.adapters.kafka_worker import KafkaWorker
+from engine.adapters.kafka.worker import KafkaWorker
 from tests import heartbeat_workflows as hw
 from tests.engine_harness import RunningEngine, ThreadProcess, running_engine, wait_until
 

@@ -29,7 +29,7 @@ from engine_harness import (
     running_engine,
 )
 
-from engine.adapters.kafka_config import producer_config
+from engine.adapters.kafka.config import producer_config
 from engine.codec import decode_message
 from engine.core.history import ExecutionStarted, RecordPublished, RuntimeStatus
 from engine.core.messages import StartWorkflow

@@ -25,9 +25,9 @@ from engine_harness import (
 )
 
 from engine import Registry
-from engine.adapters.kafka_admin import admin_for, describe
-from engine.adapters.kafka_config import producer_config
-from engine.adapters.kafka_triggers import TriggerBridge
+from engine.adapters.kafka.admin import admin_for, describe
+from engine.adapters.kafka.config import producer_config
+from engine.adapters.kafka.triggers import TriggerBridge
 from engine.cli.integration import check_integration_topics
 from engine.codec import decode_message, encode_user_avro
 from engine.config.settings import load_settings
@@ -166,7 +166,7 @@ def test_a_trigger_record_the_broker_refuses_goes_to_dead_letters_alone(
     row, and the records beside it still start their workflows."""
     from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 
-    from engine.adapters.kafka_admin import admin_for
+    from engine.adapters.kafka.admin import admin_for
     from engine.services.triggers import REFUSALS_BEFORE_DEAD_LETTER
 
     orders = make_topic(partitions=1, prefix="biz-big")

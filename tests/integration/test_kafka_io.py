@@ -9,12 +9,12 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from engine.adapters.kafka_config import (
+from engine.adapters.kafka.config import (
     consumer_config,
     producer_config,
     transactional_producer_config,
 )
-from engine.adapters.kafka_io import (
+from engine.adapters.kafka.io import (
     ProducerFencedError,
     TransactionalProducer,
     make_consumer,

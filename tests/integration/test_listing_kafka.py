@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
-from engine.adapters.kafka_config import producer_config
+from engine.adapters.kafka.config import producer_config
 from engine.adapters.status_scan import StatusFold, list_page_from_topic
 from engine.cli import client_cmds
 from engine.client import AsyncClient
@@ -26,7 +26,7 @@ from engine.config.topics import topic_names
 from engine.core.errors import InvalidPageTokenError
 from engine.core.history import RuntimeStatus
 from engine.core.messages import InstanceStatus
-from engine.services.listing import InstanceFilter, PageCollector
+from engine.services.client.listing import InstanceFilter, PageCollector
 from tests.engine_harness import RunningEngine, running_engine, wait_until
 
 pytestmark = pytest.mark.kafka

@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.adapters.kafka_config import producer_config
-from engine.adapters.kafka_groups import describe_group
+from engine.adapters.kafka.config import producer_config
+from engine.adapters.kafka.groups import describe_group
 from engine.client import Client
 from engine.config.settings import Settings, load_settings
 from engine.config.topics import topic_names

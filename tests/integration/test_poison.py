@@ -136,7 +136,7 @@ def test_a_record_the_broker_refuses_fails_only_its_instance(engine: RunningEngi
     the broker refuses one instance's start event; that instance fails, the others go on."""
     from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 
-    from engine.adapters.kafka_admin import admin_for
+    from engine.adapters.kafka.admin import admin_for
 
     admin = admin_for(engine.settings)
     entry = ConfigEntry("max.message.bytes", "20000", incremental_operation=AlterConfigOpType.SET)

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from engine.adapters.kafka_admin import apply
+from engine.adapters.kafka.admin import apply
 from engine.config.settings import load_settings
 from engine.config.topics import load_spec
 

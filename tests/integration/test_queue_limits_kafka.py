@@ -13,14 +13,14 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from engine.adapters.kafka_admin import ensure_task_queue_topics
-from engine.adapters.kafka_config import producer_config
-from engine.adapters.kafka_worker import KafkaWorker
+from engine.adapters.kafka.admin import ensure_task_queue_topics
+from engine.adapters.kafka.config import producer_config
+from engine.adapters.kafka.worker import KafkaWorker
 from engine.codec import encode_message
 from engine.core.messages import ActivityTask
 from engine.core.payloads import to_payload
 from engine.runtime.registry import Registry
-from engine.services.queue_limits import QueueLimits
+from engine.services.worker.queue_limits import QueueLimits
 from tests.engine_harness import ThreadProcess, running_engine, wait_until
 
 pytestmark = pytest.mark.kafka

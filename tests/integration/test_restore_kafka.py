@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.adapters import kafka_restore
-from engine.adapters.kafka_config import transactional_producer_config
-from engine.adapters.kafka_io import TransactionalProducer
-from engine.adapters.kafka_restore import restore_tables
+from engine.adapters.kafka import restore as kafka_restore
+from engine.adapters.kafka.config import transactional_producer_config
+from engine.adapters.kafka.io import TransactionalProducer
+from engine.adapters.kafka.restore import restore_tables
 from engine.adapters.rocks_store import RocksPartitionStore
 from engine.config.settings import load_settings
 from engine.services.processor import keys

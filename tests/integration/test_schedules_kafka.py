@@ -1,5 +1,5 @@
 """Schedules and retention on the real broker, through the CLI: create a schedule that
-fires every second, see a few slots run (each run started once), pause it, describe and
+fires every second, see a few fire times run (each run started once), pause it, describe and
 list it, refuse a duplicate, delete it; and a workflow whose finished instances the
 processor purges after their retention."""
 
@@ -50,7 +50,7 @@ def test_a_schedule_from_the_cli(kafka_bootstrap: str) -> None:
     with running_engine(kafka_bootstrap, workers=0, modules=MODULES) as engine:
         created = _ok(_cli(engine, "create", "tick", "--every", "1s", "--workflow", "sched.tick",
                            "--input", '"cli"', "--overlap", "SKIP"))  # fmt: skip
-        assert created.startswith("ACCEPTED: next slot at")
+        assert created.startswith("ACCEPTED: next fire time at")
         again = _cli(engine, "create", "tick", "--every", "5s", "--workflow", "sched.tick")
         assert again.returncode == 4 and "exists already" in again.stderr, again.stderr
 
@@ -58,7 +58,7 @@ def test_a_schedule_from_the_cli(kafka_bootstrap: str) -> None:
             done = [s for s in _runs(engine).values() if s.status is RuntimeStatus.COMPLETED]
             return len(done) >= 3
 
-        wait_until(three_completed, timeout=60, what="three slots to run")
+        wait_until(three_completed, timeout=60, what="three fire times to run")
         assert _ok(_cli(engine, "pause", "tick", "--reason", "enough")).startswith("ACCEPTED")
         described = json.loads(_ok(_cli(engine, "describe", "tick")))
         assert described["state"] == "PAUSED" and described["note"] == "enough"
@@ -74,7 +74,7 @@ def test_a_schedule_from_the_cli(kafka_bootstrap: str) -> None:
         for run_id, state in runs.items():
             assert state.output == "tick cli"
             starts = [e for e in histories[run_id] if isinstance(e.body, ExecutionStarted)]
-            assert len(starts) == 1, run_id  # each slot started exactly one run
+            assert len(starts) == 1, run_id  # each fire time started exactly one run
         listed = _ok(_cli(engine, "list"))
         assert "tick" in listed and "PAUSED" in listed
         assert _ok(_cli(engine, "delete", "tick")).startswith("ACCEPTED: deleted")
@@ -97,7 +97,7 @@ def test_retention_purges_finished_instances(kafka_bootstrap: str) -> None:
 def test_a_schedule_whose_run_parks_pauses_itself(kafka_bootstrap: str) -> None:
     """A typo in the workflow name parks the first run on its partition; the run tells the
     schedule's row (a PARKED child result over instance-messages), which pauses and says
-    why, instead of skipping every later slot behind a run that never ends."""
+    why, instead of skipping every later fire time behind a run that never ends."""
     with running_engine(kafka_bootstrap, workers=0, modules=MODULES) as engine:
         _ok(_cli(engine, "create", "typo", "--every", "1s", "--workflow", "sched.tikc"))
 

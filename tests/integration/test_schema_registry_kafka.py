@@ -28,7 +28,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from engine_harness import RunningEngine, running_engine
 from schema_registry_fake import FakeRegistry, fake_schema_registry
 
-from engine.adapters.kafka_history import read_instance_history
+from engine.adapters.kafka.history import read_instance_history
 from engine.adapters.schema_registry import subject_of
 from engine.cli.main import EXIT_ERROR
 from engine.codec import current_schema, decode_message, encode_message, verify_history_chain

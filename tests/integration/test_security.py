@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import engine.examples.chain3  # noqa: F401  (registers chain3.activities)
-from engine.adapters import kafka_admin
+from engine.adapters.kafka import admin as kafka_admin
 from engine.config.acls import ROLES, required_acls
 from engine.config.settings import Settings, load_settings
 from engine.config.topics import load_spec, topic_names
@@ -154,8 +154,8 @@ def users(secure_broker: tuple[str, BrokerSecurity]) -> dict[str, dict[str, str]
 def test_the_engine_runs_over_sasl_ssl_with_only_its_roles_acls(
     secure_broker: tuple[str, BrokerSecurity], users: dict[str, dict[str, str]], tmp_path: Path
 ) -> None:
-    from engine.adapters.kafka_processor import ProcessorRunner
-    from engine.adapters.kafka_worker import KafkaWorker
+    from engine.adapters.kafka.processor import ProcessorRunner
+    from engine.adapters.kafka.worker import KafkaWorker
     from engine.client import Client
 
     bootstrap, _ = secure_broker

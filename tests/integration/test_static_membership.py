@@ -106,7 +106,7 @@ def test_a_replica_that_stops_cleanly_hands_its_partitions_over_at_once(
 def test_a_crashed_worker_restarts_into_its_own_place_in_the_group(
     kafka_bootstrap: str, tmp_path: Path, long_session: None
 ) -> None:
-    from engine.adapters.kafka_worker import worker_member_id
+    from engine.adapters.kafka.worker import worker_member_id
 
     with running_engine(
         kafka_bootstrap, partitions=2, modules=MODULES, in_process=False, state_dir=tmp_path

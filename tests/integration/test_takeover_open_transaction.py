@@ -19,8 +19,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from engine_harness import EngineProcess, history_problems, running_engine, wait_until
 
-from engine.adapters.kafka_config import consumer_config, producer_config
-from engine.adapters.kafka_io import log_end_offsets
+from engine.adapters.kafka.config import consumer_config, producer_config
+from engine.adapters.kafka.io import log_end_offsets
 from engine.cli.main import main
 from engine.core.history import EventRaised, RuntimeStatus
 from engine.services.processor import keys

@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from engine.adapters.kafka_worker import KafkaWorker
+from engine.adapters.kafka.worker import KafkaWorker
 from engine.codec import decode_message
 from engine.core.history import TaskCompleted
 from engine.core.keys import murmur2_partition

@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from engine import WorkflowContext, activity, workflow
-from engine.adapters.kafka_processor import ProcessorRunner
-from engine.adapters.kafka_worker import KafkaWorker
+from engine.adapters.kafka.processor import ProcessorRunner
+from engine.adapters.kafka.worker import KafkaWorker
 from engine.adapters.tracing import Tracing, tracing_with
 from engine.core.history import ExecutionStarted, RuntimeStatus
 from engine.core.tracecontext import TRACEPARENT, SpanContext, parse_traceparent

@@ -19,8 +19,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from engine.adapters.kafka_config import consumer_config, producer_config
-from engine.adapters.kafka_worker import KafkaWorker
+from engine.adapters.kafka.config import consumer_config, producer_config
+from engine.adapters.kafka.worker import KafkaWorker
 from engine.codec import decode_message, encode_message
 from engine.config.settings import Settings
 from engine.config.topics import TopicNames, topic_names

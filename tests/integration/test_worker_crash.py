@@ -23,7 +23,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from engine_harness import EngineProcess, history_problems, running_engine
 
-from engine.adapters.kafka_config import consumer_config
+from engine.adapters.kafka.config import consumer_config
 from engine.cli.main import main
 from engine.core.history import ExecutionCompleted, RuntimeStatus, TaskCompleted
 from engine.core.payloads import from_payload

@@ -14,7 +14,7 @@ from engine.adapters.metrics import WorkerMetrics
 from engine.codec import decode_message, encode_message
 from engine.core.messages import ActivityCancel, ActivityTask
 from engine.core.payloads import to_payload
-from engine.services.worker import Outbound, TaskRecord, Worker
+from engine.services.worker.worker import Outbound, TaskRecord, Worker
 from engine.testing import TestEngine
 from tests import heartbeat_workflows as hw
 

@@ -13,7 +13,7 @@ from engine.core.errors import RegistrationError
 from engine.core.messages import ActivityResult, ActivityTask
 from engine.core.payloads import to_payload
 from engine.runtime.registry import Registry
-from engine.services.worker import Outbound, TaskRecord, Worker
+from engine.services.worker.worker import Outbound, TaskRecord, Worker
 
 running = 0
 peak = 0

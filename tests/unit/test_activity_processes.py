@@ -14,7 +14,7 @@ from engine.codec import decode_message, encode_message
 from engine.core.messages import ActivityCancel, ActivityResult, ActivityTask
 from engine.core.payloads import from_payload, to_payload
 from engine.runtime.registry import Registry
-from engine.services.worker import Outbound, TaskRecord, Worker
+from engine.services.worker.worker import Outbound, TaskRecord, Worker
 from tests import process_activities
 
 TOPIC = "t.activity-tasks"

@@ -9,8 +9,8 @@ import pytest
 from engine.core.errors import ActivityTimeoutError
 from engine.core.messages import ActivityTask
 from engine.core.payloads import Payload, describe_payload
-from engine.services.activity_threads import AbandoningThreads
-from engine.services.activity_timeouts import not_startable, run_timeout_s
+from engine.services.worker.threads import AbandoningThreads
+from engine.services.worker.timeouts import not_startable, run_timeout_s
 
 
 def test_a_hung_run_is_abandoned_and_others_still_run() -> None:

@@ -13,7 +13,7 @@ from engine import Registry, WorkflowContext
 from engine.core.errors import ConfigurationError
 from engine.core.history import RuntimeStatus
 from engine.core.messages import InstanceStatus
-from engine.services.bulk import (
+from engine.services.client.bulk import (
     BulkFilter,
     BulkJob,
     JobSpec,

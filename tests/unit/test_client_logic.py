@@ -25,8 +25,9 @@ from engine.core.messages import (
 )
 from engine.core.payloads import from_payload, to_payload
 from engine.runtime.registry import Registry
-from engine.services.client import InstanceState, StatusView, WorkflowClient
-from engine.services.outcomes import OutcomeWaiters
+from engine.services.client.commands import CommandMethods
+from engine.services.client.outcomes import OutcomeWaiters
+from engine.services.client.workflow_client import InstanceState, StatusView, WorkflowClient
 
 
 class FakeSink:
@@ -49,6 +50,16 @@ def _status(
 ) -> InstanceStatus:
     payload = None if output is None else to_payload(output)
     return InstanceStatus(instance_id, name="wf", status=status, output=payload, **kw)
+
+
+class Verbs(CommandMethods):
+    """The shared command verbs over one WorkflowClient, as Client and TestEngine use them."""
+
+    def __init__(self, client: WorkflowClient) -> None:
+        self.client = client
+
+    def _command_client(self) -> WorkflowClient:
+        return self.client
 
 
 @pytest.fixture
@@ -75,7 +86,7 @@ def test_start_sends_a_keyed_start_command_and_flushes(
     client: WorkflowClient, sink: FakeSink
 ) -> None:
     when = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
-    instance_id = client.start(
+    instance_id = Verbs(client).start(
         "orders",
         {"n": 1},
         instance_id="order-1",
@@ -104,7 +115,7 @@ def test_start_defaults_and_workflow_functions(sink: FakeSink, view: StatusView)
     async def flow(ctx: Any, x: int) -> int:
         return x
 
-    client = WorkflowClient(sink, view, registry=registry)
+    client = Verbs(WorkflowClient(sink, view, registry=registry))
     first = client.start(flow)
     second = client.start(flow)
     assert first != second and len(first) == 32
@@ -114,24 +125,26 @@ def test_start_defaults_and_workflow_functions(sink: FakeSink, view: StatusView)
 
 
 def test_start_many_flushes_once(client: WorkflowClient, sink: FakeSink) -> None:
-    ids = client.start_many("wf", range(10))
+    verbs = Verbs(client)
+    ids = verbs.start_many("wf", range(10))
     assert len(set(ids)) == 10
     assert sink.flushes == 1
     assert [from_payload(c.input) for c in sink.messages() if isinstance(c, StartWorkflow)] == list(
         range(10)
     )
-    client.start("wf", flush=False)
+    verbs.start("wf", flush=False)
     assert sink.flushes == 1
-    client.flush()
+    verbs.flush()
     assert sink.flushes == 2
 
 
 def test_control_commands(client: WorkflowClient, sink: FakeSink) -> None:
-    client.raise_event("a", "approved", {"by": "me"})
-    client.terminate("a", "stop", recursive=True)
-    client.suspend("a")
-    client.resume("a")
-    client.purge("a")
+    verbs = Verbs(client)
+    verbs.raise_event("a", "approved", {"by": "me"})
+    verbs.terminate("a", "stop", recursive=True)
+    verbs.suspend("a")
+    verbs.resume("a")
+    verbs.purge("a")
     kinds = [type(m).__name__ for m in sink.messages()]
     assert kinds == [
         "RaiseEvent",
@@ -284,13 +297,13 @@ def test_a_read_after_an_answer_shows_a_state_at_least_as_new() -> None:
 
     assert _status_of(client, "a1") is RuntimeStatus.RUNNING
     assert processor.catch_ups == []  # no answer yet: a read is a lookup
-    client.terminate("a1")
+    Verbs(client).terminate("a1")
     assert _status_of(client, "b1") is RuntimeStatus.RUNNING
     assert processor.catch_ups == []  # another partition: nothing to catch up with
     assert _status_of(client, "a1") is RuntimeStatus.TERMINATED
     assert _status_of(client, "a1") is RuntimeStatus.TERMINATED
     assert processor.catch_ups == [[0]]  # once per answer
-    client.terminate("b1")
+    Verbs(client).terminate("b1")
     assert {s.status for s in client.list_instances()} == {RuntimeStatus.TERMINATED}
     assert processor.catch_ups == [[0], [1]]
 

@@ -1,5 +1,5 @@
 """The pure schedule logic: the cron parser against a brute-force oracle (Hypothesis), the
-interval slots, the catch-up split and the durations."""
+interval fire times, the catch-up split and the durations."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from engine.core.schedules import (
     OverlapPolicy,
     ScheduleSpec,
     ScheduleState,
-    due_slots,
-    next_slot,
+    due_fire_times,
+    next_fire_time,
     parse_duration,
     run_id,
 )
@@ -118,33 +118,33 @@ def test_bad_expressions_say_what_is_wrong(text: str, match: str) -> None:
 
 @given(
     st.integers(1, 10_000).map(lambda s: s * 1000),
-    st.integers(1, 10**9),  # epoch ms 0 stands for "no slot": never a real time
+    st.integers(1, 10**9),  # epoch ms 0 stands for "no fire time": never a real time
     st.integers(0, 10**8),
     st.integers(0, 10**8),
 )
-def test_interval_slots_split_into_missed_and_caught_up(
+def test_interval_fire_times_split_into_missed_and_caught_up(
     every_ms: int, anchor: int, since: int, window: int
 ) -> None:
     spec = ScheduleSpec("w", every_ms=every_ms, start_at_ms=anchor, catch_up_window_ms=window)
-    first = next_slot(spec, anchor + since - 1)
+    first = next_fire_time(spec, anchor + since - 1)
     now = first + since
-    due = due_slots(spec, first, now)
-    every_slot = list(range(first, now + 1, every_ms))
-    assert due.missed + len(due.slots) == len(every_slot)
-    assert due.slots == [s for s in every_slot if s >= now - window]
-    assert due.next_ms == (every_slot[-1] + every_ms if every_slot else first)
+    due = due_fire_times(spec, first, now)
+    every_fire_time = list(range(first, now + 1, every_ms))
+    assert due.missed + len(due.times) == len(every_fire_time)
+    assert due.times == [s for s in every_fire_time if s >= now - window]
+    assert due.next_ms == (every_fire_time[-1] + every_ms if every_fire_time else first)
     assert (due.next_ms - anchor) % every_ms == 0
 
 
-def test_an_end_stops_the_slots() -> None:
+def test_an_end_stops_the_fire_times() -> None:
     spec = ScheduleSpec("w", every_ms=1000, start_at_ms=10_000, end_at_ms=12_000)
-    assert next_slot(spec, 0) == 10_000
-    assert next_slot(spec, 11_999) == 12_000
-    assert next_slot(spec, 12_000) == 0
-    assert due_slots(spec, 10_000, 20_000).slots == [10_000, 11_000, 12_000]
+    assert next_fire_time(spec, 0) == 10_000
+    assert next_fire_time(spec, 11_999) == 12_000
+    assert next_fire_time(spec, 12_000) == 0
+    assert due_fire_times(spec, 10_000, 20_000).times == [10_000, 11_000, 12_000]
 
 
-def test_run_ids_name_the_slot() -> None:
+def test_run_ids_name_the_fire_time() -> None:
     assert run_id("nightly", EPOCH_2026) == "nightly/2026-01-01T00:00:00Z"
     assert run_id("fast", EPOCH_2026 + 1500) == "fast/2026-01-01T00:00:01.500Z"
     assert run_id("n", EPOCH_2026, triggered=True) == "n/trigger-2026-01-01T00:00:00Z"

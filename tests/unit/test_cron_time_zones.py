@@ -1,5 +1,5 @@
-"""Cron schedules in a time zone: slots are the instants whose wall-clock time in the zone
-matches (as Temporal's schedules do), so a time a spring-forward skips has no slot that day
+"""Cron schedules in a time zone: fire times are the instants whose wall-clock time in the zone
+matches (as Temporal's schedules do), so a time a spring-forward skips has no fire time that day
 and a time a fall-back repeats has two. Checked against a brute-force walk over every
 minute (Hypothesis), with starting points around real offset changes, and on the test
 engine through a DST night in Paris."""
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from engine import Registry, WorkflowContext
 from engine.core.cron import parse_cron
 from engine.core.errors import ScheduleSpecError
-from engine.core.schedules import ScheduleSpec, check_spec, due_slots, run_id
+from engine.core.schedules import ScheduleSpec, check_spec, due_fire_times, run_id
 from engine.services.time_zones import resolve_zone
 from engine.testing import TestEngine
 
@@ -33,7 +33,7 @@ def _utc(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%MZ")
 
 
-def _slots(expression: str, zone: ZoneInfo, after: str, count: int) -> list[str]:
+def _fire_times(expression: str, zone: ZoneInfo, after: str, count: int) -> list[str]:
     cron, out, at = parse_cron(expression), [], _ms(after)
     for _ in range(count):
         at = cron.next_after(at, zone)
@@ -41,18 +41,18 @@ def _slots(expression: str, zone: ZoneInfo, after: str, count: int) -> list[str]
     return out
 
 
-def test_a_time_the_spring_forward_skips_has_no_slot_that_day() -> None:
+def test_a_time_the_spring_forward_skips_has_no_fire_time_that_day() -> None:
     # 2026-03-29 in Paris: 02:00 CET is followed by 03:00 CEST; there is no 02:30
-    assert _slots("30 2 * * *", PARIS, "2026-03-27T12:00+00:00", 3) == [
+    assert _fire_times("30 2 * * *", PARIS, "2026-03-27T12:00+00:00", 3) == [
         "2026-03-28T01:30Z",  # 02:30 CET
         "2026-03-30T00:30Z",  # 02:30 CEST: the 29th has none
         "2026-03-31T00:30Z",
     ]
 
 
-def test_a_time_the_fall_back_repeats_has_two_slots() -> None:
+def test_a_time_the_fall_back_repeats_has_two_fire_times() -> None:
     # 2026-10-25 in Paris: 03:00 CEST goes back to 02:00 CET; 02:30 happens twice
-    assert _slots("30 2 * * *", PARIS, "2026-10-24T12:00+00:00", 3) == [
+    assert _fire_times("30 2 * * *", PARIS, "2026-10-24T12:00+00:00", 3) == [
         "2026-10-25T00:30Z",  # 02:30 CEST
         "2026-10-25T01:30Z",  # 02:30 CET, an hour later
         "2026-10-26T01:30Z",
@@ -60,18 +60,18 @@ def test_a_time_the_fall_back_repeats_has_two_slots() -> None:
 
 
 def test_an_hourly_schedule_keeps_its_pace_through_both_changes() -> None:
-    spring = _slots("0 * * * *", PARIS, "2026-03-28T23:30+00:00", 3)
+    spring = _fire_times("0 * * * *", PARIS, "2026-03-28T23:30+00:00", 3)
     assert spring == ["2026-03-29T00:00Z", "2026-03-29T01:00Z", "2026-03-29T02:00Z"]
-    fall = _slots("0 * * * *", PARIS, "2026-10-24T23:30+00:00", 3)
+    fall = _fire_times("0 * * * *", PARIS, "2026-10-24T23:30+00:00", 3)
     assert fall == ["2026-10-25T00:00Z", "2026-10-25T01:00Z", "2026-10-25T02:00Z"]
 
 
 def test_a_zone_a_quarter_hour_off_and_a_day_that_never_was() -> None:
-    assert _slots("0 9 * * *", ZoneInfo("Asia/Kathmandu"), "2026-01-01T00:00+00:00", 1) == [
+    assert _fire_times("0 9 * * *", ZoneInfo("Asia/Kathmandu"), "2026-01-01T00:00+00:00", 1) == [
         "2026-01-01T03:15Z"
     ]
     # Samoa skipped 2011-12-30 altogether (from -10 to +14 at its midnight)
-    assert _slots("0 12 * * *", ZoneInfo("Pacific/Apia"), "2011-12-29T00:00+00:00", 2) == [
+    assert _fire_times("0 12 * * *", ZoneInfo("Pacific/Apia"), "2011-12-29T00:00+00:00", 2) == [
         "2011-12-29T22:00Z",  # noon on the 29th, -10
         "2011-12-30T22:00Z",  # noon on the 31st, +14: the 30th has no noon
     ]
@@ -121,7 +121,7 @@ def _brute(hours: set[int], minutes: set[int], zone: ZoneInfo, after_ms: int) ->
     st.sets(st.integers(0, 23), min_size=1, max_size=3),
     st.sets(st.integers(0, 59), min_size=1, max_size=3),
 )
-def test_the_next_slot_is_the_first_minute_whose_wall_time_matches(
+def test_the_next_fire_time_is_the_first_minute_whose_wall_time_matches(
     zone_name: str, anchor: str, shift_min: int, hours: set[int], minutes: set[int]
 ) -> None:
     zone = ZoneInfo(zone_name)
@@ -147,13 +147,13 @@ def test_a_time_zone_belongs_to_cron_schedules() -> None:
     assert check_spec(ScheduleSpec(workflow="w", cron="0 9 * * *", timezone="Europe/Paris"))
 
 
-def test_due_slots_read_the_zone() -> None:
+def test_due_fire_times_read_the_zone() -> None:
     spec = ScheduleSpec(
         workflow="w", cron="30 2 * * *", timezone="Europe/Paris", catch_up_window_ms=10**8
     )
     first = _ms("2026-10-25T00:30+00:00")
-    due = due_slots(spec, first, _ms("2026-10-25T02:00+00:00"), PARIS)
-    assert [_utc(s) for s in due.slots] == ["2026-10-25T00:30Z", "2026-10-25T01:30Z"]
+    due = due_fire_times(spec, first, _ms("2026-10-25T02:00+00:00"), PARIS)
+    assert [_utc(s) for s in due.times] == ["2026-10-25T00:30Z", "2026-10-25T01:30Z"]
     assert _utc(due.next_ms) == "2026-10-26T01:30Z"
 
 

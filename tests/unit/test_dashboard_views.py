@@ -23,7 +23,7 @@ from engine.core.history import (
     TimerFired,
 )
 from engine.core.messages import InstanceStatus
-from engine.services.listing import InstanceFilter
+from engine.services.client.listing import InstanceFilter
 from engine.ui.views import MAX_PAGE, filter_from_query, pending_work, select
 
 

@@ -90,7 +90,7 @@ def _run_failing(instance_id: str) -> None:
 
 def test_failed_attempts_warn_and_a_failed_instance_logs_one_error(text: _Lines) -> None:
     _run_failing("order-7")
-    attempts = [r for r in text.records if r.name == "engine.services.worker"]
+    attempts = [r for r in text.records if r.name == "engine.services.worker.worker"]
     assert [(r.levelname, getattr(r, "attempt", None)) for r in attempts] == [
         ("WARNING", 1),
         ("WARNING", 2),
@@ -115,7 +115,7 @@ def test_a_timed_out_attempt_warns(text: _Lines) -> None:
     (warned,) = [
         r
         for r in text.records
-        if r.name == "engine.services.worker" and r.levelno >= logging.WARNING
+        if r.name == "engine.services.worker.worker" and r.levelno >= logging.WARNING
     ]
     assert warned.levelname == "WARNING"
     assert (getattr(warned, "instance_id", None), getattr(warned, "attempt", None)) == (

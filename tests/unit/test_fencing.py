@@ -1,4 +1,4 @@
-"""The owner stamp on committed offsets (engine.adapters.kafka_fencing) reads back what was
+"""The owner stamp on committed offsets (engine.adapters.kafka.fencing) reads back what was
 written, and offsets committed without one name no owner."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from confluent_kafka import TopicPartition
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.adapters.kafka_fencing import owners, stamped
+from engine.adapters.kafka.fencing import owners, stamped
 
 #: Kafka client and transactional ids: text without control characters.
 ids = st.text(st.characters(exclude_categories=("Cc", "Cs")), min_size=1, max_size=40).filter(

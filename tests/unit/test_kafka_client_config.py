@@ -3,7 +3,7 @@ acknowledged by every in-sync replica, and static group membership under the pro
 
 from __future__ import annotations
 
-from engine.adapters.kafka_config import (
+from engine.adapters.kafka.config import (
     group_membership,
     producer_config,
     transactional_producer_config,

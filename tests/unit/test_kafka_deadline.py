@@ -13,14 +13,14 @@ import pytest
 from confluent_kafka import TopicPartition
 from test_kafka_io_errors import Factory, FakeProducer
 
-from engine.adapters.kafka_deadline import (
+from engine.adapters.kafka.deadline import (
     STUCK_EXIT_CODE,
     CallDeadlineExceeded,
     DeadlineCaller,
     close_within,
     ends_process_if_stuck,
 )
-from engine.adapters.kafka_io import AbortedTransaction, TransactionalProducer
+from engine.adapters.kafka.io import AbortedTransaction, TransactionalProducer
 
 
 class Stuck(Exception):
@@ -161,7 +161,7 @@ def test_a_shutdown_step_past_its_bound_ends_the_process() -> None:
 
 STUCK_SCRIPT = """
 import logging, threading
-from engine.adapters.kafka_deadline import DeadlineCaller, CallDeadlineExceeded
+from engine.adapters.kafka.deadline import DeadlineCaller, CallDeadlineExceeded
 logging.basicConfig(format="%(levelname)s %(message)s")
 caller = DeadlineCaller("processor processor-0", grace_s=0.0, max_abandoned=1)
 never = threading.Event()

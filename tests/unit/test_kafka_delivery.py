@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from engine.adapters.kafka_config import idempotent_producer_config
-from engine.adapters.kafka_delivery import DeliveryProducer, Outcome, is_fatal, is_refusal
-from engine.adapters.kafka_io import RecordRejectedError
+from engine.adapters.kafka.config import idempotent_producer_config
+from engine.adapters.kafka.delivery import DeliveryProducer, Outcome, is_fatal, is_refusal
+from engine.adapters.kafka.io import RecordRejectedError
 from engine.core.errors import ConfigurationError
 
 Callback = Callable[[KafkaError | None, Any], None]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from engine.adapters.kafka_io import (
+from engine.adapters.kafka.io import (
     AbortedTransaction,
     ProducerFencedError,
     RecordRejectedError,

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from engine.adapters import kafka_logs
-from engine.adapters.kafka_config import consumer_config, producer_config
-from engine.adapters.kafka_logs import (
+from engine.adapters.kafka import logs as kafka_logs
+from engine.adapters.kafka.config import consumer_config, producer_config
+from engine.adapters.kafka.logs import (
     LIBRDKAFKA_LOGGER,
     ConnectionWatch,
     explain_connection_error,

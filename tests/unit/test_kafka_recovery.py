@@ -1,4 +1,4 @@
-"""The bounds on recovering from Kafka failures by oneself (engine.adapters.kafka_recovery)."""
+"""The bounds on recovering from Kafka failures by oneself (engine.adapters.kafka.recovery)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.adapters.kafka_recovery import Recovery
+from engine.adapters.kafka.recovery import Recovery
 from engine.core.errors import BrokerError
 
 

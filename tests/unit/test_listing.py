@@ -14,7 +14,7 @@ from engine.codec import encode_message
 from engine.core.errors import ConfigurationError, InvalidPageTokenError
 from engine.core.history import RuntimeStatus
 from engine.core.messages import InstanceStatus
-from engine.services.listing import MAX_PAGE, InstanceFilter, PageCollector, page_token
+from engine.services.client.listing import MAX_PAGE, InstanceFilter, PageCollector, page_token
 
 
 def _status(i: int, created_ms: int | None = None, **kw: object) -> InstanceStatus:

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 import pytest
 from prometheus_client import CollectorRegistry
 
-from engine.adapters.kafka_processor import Progress
 from engine.adapters.metrics import MetricsServer, ProcessorMetrics, WorkerMetrics
 from engine.config.topics import topic_names
 from engine.core.errors import ConfigurationError
@@ -25,7 +24,8 @@ from engine.runtime.registry import Registry
 from engine.services.processor.memory_store import MemoryPartitionStore
 from engine.services.processor.partition import Counters, Environment, PartitionProcessor
 from engine.services.processor.protocol import Step
-from engine.services.worker import OffsetTracker
+from engine.services.processor.state import Progress
+from engine.services.worker.worker import OffsetTracker
 
 
 def _get(registry: CollectorRegistry, name: str, **labels: str) -> float | None:

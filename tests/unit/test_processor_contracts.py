@@ -64,12 +64,24 @@ def test_a_processor_with_a_schema_that_does_not_match_the_engine_refuses_to_sta
 ) -> None:
     """A valid schema that lost a field the engine writes (an edited or stale file)."""
     schemas = _schemas_copy(tmp_path)
+    path = schemas / "ActivityTask.avsc"
+    task = json.loads(path.read_text(encoding="utf-8"))
+    task["fields"] = [f for f in task["fields"] if f["name"] != "task_queue"]
+    path.write_text(json.dumps(task), encoding="utf-8")
+    result = _run_processor(schemas)
+    _assert_refused(result, "io.turnstile.ActivityTask", "does not mirror its class", "task_queue")
+
+
+def test_a_row_schema_reads_the_command_union_from_its_file(tmp_path: Path) -> None:
+    """InstanceRow.avsc refers to io.turnstile.Command instead of copying it: a Command.avsc
+    that lost its body breaks the row schema too, and the processor says which file."""
+    schemas = _schemas_copy(tmp_path)
     path = schemas / "Command.avsc"
     command = json.loads(path.read_text(encoding="utf-8"))
     command["fields"] = [f for f in command["fields"] if f["name"] != "body"]
     path.write_text(json.dumps(command), encoding="utf-8")
     result = _run_processor(schemas)
-    _assert_refused(result, "io.turnstile.Command", "does not mirror its class", "body")
+    _assert_refused(result, "InstanceRow.avsc is not a valid schema", "io.turnstile.Payload")
 
 
 def _assert_refused(result: subprocess.CompletedProcess[str], *words: str) -> None:

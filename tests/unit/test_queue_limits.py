@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.core.errors import ConfigurationError
-from engine.services.queue_limits import QueueLimits
+from engine.services.worker.queue_limits import QueueLimits
 
 
 class Clock:

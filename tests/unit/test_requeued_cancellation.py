@@ -17,7 +17,7 @@ from engine.codec import decode_message, encode_message
 from engine.core.messages import ActivityCancel, ActivityResult, ActivityTask
 from engine.core.payloads import to_payload
 from engine.services.processor import keys
-from engine.services.worker import REQUEUES_HEADER, Outbound, TaskRecord, Worker
+from engine.services.worker.worker import REQUEUES_HEADER, Outbound, TaskRecord, Worker
 from engine.testing import TestEngine
 
 registry = Registry()
@@ -220,7 +220,7 @@ def test_a_result_of_a_requeued_attempt_drops_its_row() -> None:
 
 
 def test_the_kafka_worker_reads_the_requeue_count_with_tracing_off() -> None:
-    from engine.adapters.kafka_worker import _task_headers
+    from engine.adapters.kafka.worker import _task_headers
 
     headers = [("traceparent", b"00-ab-cd-01"), (REQUEUES_HEADER, b"2"), ("other", b"x")]
     assert _task_headers(headers, False) == ((REQUEUES_HEADER, b"2"),)

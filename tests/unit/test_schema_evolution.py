@@ -4,10 +4,12 @@ checker really catches the changes the rules forbid."""
 from __future__ import annotations
 
 import copy
+import io
 import json
 from collections.abc import Callable
 from typing import Any
 
+import fastavro
 import pytest
 
 from engine.codec.evolution import (
@@ -26,6 +28,7 @@ from engine.codec.registry import (
     released_versions,
     schema_dir,
 )
+from engine.codec.wire import current_schema
 
 Schema = dict[str, Any]
 CURRENT = {name: s.raw for name, s in load_current().items()}
@@ -240,3 +243,30 @@ def test_every_current_enum_has_a_default() -> None:
 def test_violations_read_well() -> None:
     text = str(Violation("HistoryEvent", "io.turnstile.HistoryEvent.x", "retyped", "changed"))
     assert text == "HistoryEvent: io.turnstile.HistoryEvent.x: [retyped] changed"
+
+
+def test_the_command_union_is_defined_once() -> None:
+    """InstanceRow.avsc names io.turnstile.Command; the engine reads Command.avsc in there,
+    so the row's schema (and its fingerprint) holds exactly the file's definition."""
+    row = json.loads((schema_dir() / "InstanceRow.avsc").read_text())
+    assert row["fields"][1]["type"] == ["null", "io.turnstile.Command"]
+    assert '"name": "Command"' not in json.dumps(row)
+    command = json.loads((schema_dir() / "Command.avsc").read_text())
+    assert current_schema("InstanceRow").raw["fields"][1]["type"][1] == command
+
+
+def test_a_schedule_row_written_with_last_slot_ms_reads_it_as_last_fire_ms() -> None:
+    """The field was renamed with an alias: a row of release 4 keeps its value."""
+    old = next(s for s in load_released() if s.name == "InstanceRow" and s.version == "4")
+    new = current_schema("InstanceRow")
+    rows = [r for r in sample_records(old.raw, 40, seed=3) if r.get("schedule") is not None]
+    assert rows, "the sampler covers the schedule branch"
+    row = rows[0]
+    branch = row["schedule"]  # the sampler names union branches: (type name, value)
+    schedule = branch[1] if isinstance(branch, tuple) else branch
+    schedule["last_slot_ms"] = 1_234_567
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, old.parsed, row)
+    out.seek(0)
+    read = fastavro.schemaless_reader(out, old.parsed, new.parsed)
+    assert isinstance(read, dict) and read["schedule"]["last_fire_ms"] == 1_234_567

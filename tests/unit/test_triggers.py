@@ -212,7 +212,7 @@ def test_a_given_up_record_is_a_dead_letter_with_the_reason_and_its_value() -> N
 def test_only_refusals_about_one_record_are_held_against_it() -> None:
     from confluent_kafka import KafkaError
 
-    from engine.adapters.kafka_triggers import is_record_refusal
+    from engine.adapters.kafka.triggers import is_record_refusal
 
     assert is_record_refusal(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
     for outage in (

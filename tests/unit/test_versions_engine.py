@@ -18,7 +18,7 @@ from engine.codec import encode_message, write_history_file
 from engine.core.history import ExecutionStarted, PatchMarker, RuntimeStatus
 from engine.core.messages import StartWorkflow
 from engine.runtime.executor import WorkflowExecution
-from engine.services.versions import VersionCount
+from engine.services.client.versions import VersionCount
 from engine.testing import TestEngine
 
 

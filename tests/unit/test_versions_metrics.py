@@ -13,13 +13,13 @@ from prometheus_client import CollectorRegistry
 
 from engine import Registry, WorkflowContext
 from engine.adapters import metrics
-from engine.adapters.kafka_processor import Progress
 from engine.adapters.metrics import ProcessorMetrics
 from engine.config.topics import topic_names
 from engine.core.history import RuntimeStatus
 from engine.core.instance_row import InstanceRow
 from engine.services.processor.memory_store import MemoryPartitionStore
 from engine.services.processor.partition import Environment, PartitionProcessor
+from engine.services.processor.state import Progress
 from engine.testing import TestEngine
 
 

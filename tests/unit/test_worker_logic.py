@@ -24,7 +24,7 @@ from engine.core.messages import (
 )
 from engine.core.payloads import from_payload, to_payload
 from engine.runtime.registry import Registry
-from engine.services.worker import (
+from engine.services.worker.worker import (
     REQUEUES_HEADER,
     CommitPolicy,
     FlowAction,

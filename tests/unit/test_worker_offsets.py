@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.services.worker import OffsetTracker
+from engine.services.worker.worker import OffsetTracker
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Replay and audit: the history topic as a trustworthy, exportable record.
 
-Pure logic (no Kafka): the Kafka side lives in :mod:`engine.adapters.kafka_history`, the
+Pure logic (no Kafka): the Kafka side lives in :mod:`engine.adapters.kafka.history`, the
 commands in :mod:`engine.cli.history_cmds` and :mod:`engine.cli.audit_cmds`.
 
 - :mod:`.timeline`: an instance's events as lines for people and as JSON;

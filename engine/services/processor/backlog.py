@@ -32,6 +32,7 @@ row is one record) and when the run ends with events it never read.
 
 from __future__ import annotations
 
+from engine.core import errors
 from engine.core.history import EventRaised, Inbound, RuntimeStatus
 from engine.core.instance_row import InstanceRow, PendingEvent
 from engine.core.payloads import Payload
@@ -64,7 +65,7 @@ def deliver(b: Batch, item: Loaded, name: str, data: Payload | None, now_ms: int
     if _fits(b, meta, [*meta.backlog, event]) <= len(meta.backlog):
         reason = _full_reason(b, meta, name, len(meta.backlog))
         b.dead_letter_current(reason, kind=FULL)
-        return refused("PendingEventsFullError", reason)
+        return refused(errors.PendingEventsFullError, reason)
     meta.backlog.append(event)
     b.save(meta)
     return accepted(f"queued behind {len(meta.backlog) - 1} events the instance has not read")

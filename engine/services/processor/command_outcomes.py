@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from engine.core import errors
 from engine.core.errors import TurnstileError
 from engine.core.instance_row import InstanceRow, SeenRequest
 from engine.core.messages import CommandOutcome, CommandResult, Message
@@ -32,12 +33,14 @@ log = logging.getLogger("engine.processor")
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """What a command handler decided: the result, why, and for a refusal the name of the
-    error class (in ``engine.core.errors``) the client raises."""
+    """What a command handler decided: the result, why, and for a refusal its stable code
+    (``CommandRefusedError.code``, what clients map to their error) and the name of the
+    error class, for clients that predate codes."""
 
     result: CommandResult
     reason: str = ""
     error: str = ""
+    code: str = ""
 
 
 def accepted(reason: str = "") -> Verdict:
@@ -48,8 +51,17 @@ def buffered(reason: str) -> Verdict:
     return Verdict(CommandResult.BUFFERED, reason)
 
 
-def refused(error: str, reason: str) -> Verdict:
-    return Verdict(CommandResult.REFUSED, reason, error)
+def refused(error: type[TurnstileError], reason: str) -> Verdict:
+    """A refusal raising ``error`` in the client; an error that is not a refusal (a record
+    the handler could not use) is answered with the code of :class:`CommandRefusedError`."""
+    code = getattr(error, "code", errors.CommandRefusedError.code)
+    return Verdict(CommandResult.REFUSED, reason, error.__name__, code)
+
+
+def remembered(seen: SeenRequest) -> Verdict:
+    """The first answer to a request seen before (rows written before codes existed have
+    none: their clients map the class name)."""
+    return Verdict(CommandResult(seen.result), seen.reason, seen.error, seen.code)
 
 
 CommandHandler = Callable[[Batch, Any, int], Verdict]
@@ -65,13 +77,13 @@ def answered(handler: CommandHandler) -> MessageHandler:
             seen = find(b.load(msg.instance_id).meta, request_id, now_ms - b.env.dedup_window_ms)
             if seen is not None:
                 b.counters.outcome(msg.KIND, "duplicate")
-                verdict = Verdict(CommandResult(seen.result), seen.reason, seen.error)
+                verdict = remembered(seen)
                 _answer(b, msg, verdict, now_ms, duplicate=True)
                 return
         try:
             verdict = handler(b, msg, now_ms)
         except TurnstileError as exc:  # the record goes to dead letters; still answered
-            verdict = refused(type(exc).__name__, str(exc))
+            verdict = refused(type(exc), str(exc))
             settle(b, msg, verdict, now_ms)
             raise
         settle(b, msg, verdict, now_ms)
@@ -126,6 +138,7 @@ def send_outcome(
         result=verdict.result,
         reason=verdict.reason,
         error=verdict.error,
+        code=verdict.code,
         status=meta.reported_status,
         duplicate=duplicate,
         timestamp_ms=now_ms,
@@ -157,6 +170,8 @@ def remember(
     floor = now_ms - age_ms
     kept = [s for s in meta.seen_requests if s.received_ms >= floor]
     kept.append(
-        SeenRequest(request_id, now_ms, verdict.result.value, verdict.error, verdict.reason)
+        SeenRequest(
+            request_id, now_ms, verdict.result.value, verdict.error, verdict.reason, verdict.code
+        )
     )
     meta.seen_requests = kept[-count:]

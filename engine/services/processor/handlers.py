@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from engine.core import errors
 from engine.core.concurrency import SLOTS_PREFIX
 from engine.core.errors import PayloadTooLargeError
 from engine.core.failure import FailureDetails, failure_from_exception
@@ -139,16 +140,16 @@ def _limit_refusal(b: Batch, msg: StartWorkflow) -> Verdict | None:
     limit (it would silently run unlimited), or an id reserved for the limits' rows."""
     if msg.instance_id.startswith(SLOTS_PREFIX):
         reason = f"instance ids starting with {SLOTS_PREFIX!r} are reserved; choose another id"
-        return _refuse(b, msg, "NoConcurrencyLimitError", reason)
+        return _refuse(b, msg, errors.NoConcurrencyLimitError, reason)
     if msg.instance_id.startswith(SCHEDULE_PREFIX):
-        return _refuse(b, msg, "ScheduleDefinitionError", _RESERVED_FOR_SCHEDULES)
+        return _refuse(b, msg, errors.ScheduleDefinitionError, _RESERVED_FOR_SCHEDULES)
     if msg.concurrency_key and slots.limit_of(b, msg.name, msg.version) == 0:
         reason = (
             f"the start names concurrency_key {msg.concurrency_key!r} but workflow "
             f"{msg.name!r} declares no limit: declare @workflow(max_concurrency_per_key=K) "
             f"on the processors' code, or start it without a concurrency_key"
         )
-        return _refuse(b, msg, "NoConcurrencyLimitError", reason)
+        return _refuse(b, msg, errors.NoConcurrencyLimitError, reason)
     return None
 
 
@@ -160,7 +161,7 @@ def _reuse_refusal(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> V
     if meta.status.is_terminal:
         if policy is IdReusePolicy.REJECT_DUPLICATE:
             reason = f"instance {msg.instance_id} already ran (REJECT_DUPLICATE)"
-            return _refuse(b, msg, "WorkflowAlreadyRanError", reason)
+            return _refuse(b, msg, errors.WorkflowAlreadyRanError, reason)
         return None
     shown = meta.reported_status or meta.status
     if policy is IdReusePolicy.IGNORE_IF_RUNNING:
@@ -174,10 +175,12 @@ def _reuse_refusal(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> V
         step_instance(b, item, now_ms)
         return None
     reason = f"instance {msg.instance_id} is {shown.value} (ERROR_IF_RUNNING)"
-    return _refuse(b, msg, "WorkflowAlreadyRunningError", reason)
+    return _refuse(b, msg, errors.WorkflowAlreadyRunningError, reason)
 
 
-def _refuse(b: Batch, msg: StartWorkflow, error: str, reason: str) -> Verdict:
+def _refuse(
+    b: Batch, msg: StartWorkflow, error: type[errors.CommandRefusedError], reason: str
+) -> Verdict:
     """A start the ID-reuse policy refused; a parent learns it as a failed child."""
     log.warning("start refused: %s", reason)
     if msg.parent_instance_id is not None:
@@ -286,7 +289,7 @@ def _drop_history(b: Batch, meta: InstanceRow) -> None:
 def on_raise(b: Batch, msg: RaiseEvent, now_ms: int) -> Verdict:
     b.env.limits.check("event", f"the payload of event {msg.name!r}", msg.input)
     if schedules.is_schedule_id(msg.instance_id):
-        return refused("ScheduleDefinitionError", _RESERVED_FOR_SCHEDULES)
+        return refused(errors.ScheduleDefinitionError, _RESERVED_FOR_SCHEDULES)
     item = b.load(msg.instance_id)
     meta = item.meta
     if meta.status in (None, RuntimeStatus.PENDING):
@@ -308,11 +311,13 @@ def _live_event(b: Batch, item: Loaded, name: str, data: Payload | None, now_ms:
 
 def _ended(msg: Message, meta: InstanceRow) -> Verdict:
     assert meta.status is not None
-    return refused("InstanceNotRunningError", f"instance {msg.instance_id} is {meta.status.value}")
+    return refused(
+        errors.InstanceNotRunningError, f"instance {msg.instance_id} is {meta.status.value}"
+    )
 
 
 def _not_found(msg: Message) -> Verdict:
-    return refused("InstanceNotFoundError", f"no instance {msg.instance_id}")
+    return refused(errors.InstanceNotFoundError, f"no instance {msg.instance_id}")
 
 
 def _reject(b: Batch, msg: Message, reason: str) -> None:
@@ -445,10 +450,12 @@ def on_suspend(b: Batch, msg: SuspendWorkflow, now_ms: int) -> Verdict:
             f"on a fix; until then it stays PARKED ('turnstile terminate' ends it now)"
         )
     if meta.status is RuntimeStatus.SUSPENDED:
-        return refused("InstanceAlreadySuspendedError", f"instance {msg.instance_id} is SUSPENDED")
+        return refused(
+            errors.InstanceAlreadySuspendedError, f"instance {msg.instance_id} is SUSPENDED"
+        )
     if meta.status is RuntimeStatus.PENDING:
         reason = f"instance {msg.instance_id} is PENDING: it waits for its scheduled start"
-        return refused("InstanceNotRunningError", reason)
+        return refused(errors.InstanceNotRunningError, reason)
     item.inbox.append(Inbound(ExecutionSuspended(msg.reason)))
     return accepted()
 
@@ -462,7 +469,7 @@ def on_resume(b: Batch, msg: ResumeWorkflow, now_ms: int) -> Verdict:
     status = meta.status or RuntimeStatus.PENDING
     if status is not RuntimeStatus.SUSPENDED and meta.parked is None:
         reason = f"instance {msg.instance_id} is {status.value}, neither suspended nor parked"
-        return refused("InstanceNotSuspendedError", reason)
+        return refused(errors.InstanceNotSuspendedError, reason)
     item.inbox.append(Inbound(ExecutionResumed(msg.reason)))
     return accepted()
 
@@ -478,7 +485,7 @@ def on_purge(b: Batch, msg: PurgeWorkflow, now_ms: int) -> Verdict:
             f"instance {msg.instance_id} is {shown.value}: only completed, failed or "
             f"terminated instances can be purged"
         )
-        return refused("InstanceStillRunningError", reason)
+        return refused(errors.InstanceStillRunningError, reason)
     purge_row(b, item)
     return accepted()
 
@@ -504,9 +511,9 @@ def on_signal_with_start(b: Batch, msg: SignalWithStart, now_ms: int) -> Verdict
     checked_tags(msg.tags)
     if msg.instance_id.startswith(SLOTS_PREFIX):
         reason = f"instance ids starting with {SLOTS_PREFIX!r} are reserved; choose another id"
-        return refused("NoConcurrencyLimitError", reason)
+        return refused(errors.NoConcurrencyLimitError, reason)
     if schedules.is_schedule_id(msg.instance_id):
-        return refused("ScheduleDefinitionError", _RESERVED_FOR_SCHEDULES)
+        return refused(errors.ScheduleDefinitionError, _RESERVED_FOR_SCHEDULES)
     b.env.limits.check("event", f"the payload of event {msg.event_name!r}", msg.event_input)
     item = b.load(msg.instance_id)
     meta = item.meta

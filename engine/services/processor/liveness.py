@@ -2,7 +2,7 @@
 silent one.
 
 Each replica writes a liveness record every ``liveness_interval_ms`` and reads everyone's
-(:mod:`engine.adapters.kafka_liveness`). A peer not heard for ``liveness_timeout_ms`` is
+(:mod:`engine.adapters.kafka.liveness`). A peer not heard for ``liveness_timeout_ms`` is
 taken for dead; one replica - the lowest replica id among those alive, so that two never
 race for the same peer - then has it evicted from the consumer group at once, instead of
 waiting out the group's session timeout. Times are this replica's own monotonic clock at

@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 
 from engine.codec import decode_history, encode_history
+from engine.core import errors
 from engine.core.errors import NonDeterminismError, NotRegisteredError, TurnstileError
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.history import (
@@ -232,7 +233,7 @@ def keep_event(b: Batch, item: Loaded, name: str, data: Payload | None, now_ms: 
     if full:
         reason = _over_bound_reason(meta.instance_id, name, parked, full)
         b.dead_letter_current(reason, kind=OVER_BOUND)
-        return refused("ParkedEventsFullError", reason)
+        return refused(errors.ParkedEventsFullError, reason)
     parked.inbox.append(raw)
     return buffered(
         f"instance {meta.instance_id} is PARKED (its code raised {parked.failure.type}); "

@@ -16,6 +16,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from engine.codec import encode_message, instance_key
+from engine.core import errors
 from engine.core.history import RuntimeStatus
 from engine.core.instance_row import InstanceRow, PendingEvent
 from engine.core.messages import RaiseEvent, StartWorkflow
@@ -71,7 +72,7 @@ def keep(b: Batch, meta: InstanceRow, name: str, data: Payload | None, now: int)
             f"max_record_bytes in all); start it or raise the bound"
         )
         b.dead_letter_current(reason, kind="PendingEventsFull")
-        return refused("PendingEventsFullError", reason)
+        return refused(errors.PendingEventsFullError, reason)
     kept.append(PendingEvent(name, data, now))
     meta.pending_events = kept
     if len(kept) == 1:

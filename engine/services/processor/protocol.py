@@ -2,7 +2,7 @@
 machine: the numbered steps of a batch, the clock a loop reads time from, and the hook it
 reports each step to.
 
-The Kafka loop (``engine.adapters.kafka_processor``) and the in-process test engine
+The Kafka loop (``engine.adapters.kafka.processor``) and the in-process test engine
 (``engine.testing``) both run a batch as these steps; a metrics exporter plugs into
 :class:`BatchMetrics` without either loop knowing about it.
 """

@@ -29,6 +29,7 @@ import logging
 from dataclasses import replace
 
 from engine.codec import decode_history
+from engine.core import errors
 from engine.core.concurrency import SLOTS_PREFIX
 from engine.core.errors import (
     InvalidResetPointError,
@@ -73,6 +74,7 @@ from engine.services.processor.command_outcomes import (
     find,
     refused,
     remember,
+    remembered,
     send_outcome,
     settle,
 )
@@ -124,7 +126,7 @@ def _reset_from(
     try:
         plan = plan_reset(events, resolve_point(events, msg.target, msg.sequence))
     except InvalidResetPointError as exc:
-        return refused(type(exc).__name__, str(exc))
+        return refused(type(exc), str(exc))
     meta = item.meta
     ended = meta.status is not None and meta.status.is_terminal
     if ended and not granted:  # a live run keeps the slot it holds (if any)
@@ -142,14 +144,14 @@ def _current_run(b: Batch, item: Loaded) -> list[HistoryEvent] | Verdict:
     """The current run's events, or the refusal of an instance that has none."""
     meta = item.meta
     if meta.status is None or meta.instance_id.startswith(SLOTS_PREFIX):
-        return refused("InstanceNotFoundError", f"no instance {meta.instance_id}")
+        return refused(errors.InstanceNotFoundError, f"no instance {meta.instance_id}")
     rows = b.tables.history(meta.instance_id, meta.generation_start)
     if not rows or meta.status is RuntimeStatus.PENDING:
         reason = (
             f"instance {meta.instance_id} is {meta.status.value} and has no history yet "
             f"(it waits for its start); terminate it or wait until it runs"
         )
-        return refused("InvalidResetPointError", reason)
+        return refused(errors.InvalidResetPointError, reason)
     return [decode_history(raw) for raw in rows]
 
 
@@ -158,14 +160,15 @@ def _forward_rerun(b: Batch, msg: ResetWorkflow, now_ms: int) -> Verdict | None:
     target = msg.new_instance_id
     if target == msg.instance_id:
         reason = "a rerun needs a new instance id; to start this instance again, reset it"
-        return refused("InvalidResetPointError", reason)
+        return refused(errors.InvalidResetPointError, reason)
     try:
         keys.check_instance_id(target)
     except TurnstileError as exc:
-        return refused("InvalidResetPointError", str(exc))
+        return refused(errors.InvalidResetPointError, str(exc))
     if target.startswith(SLOTS_PREFIX):
         return refused(
-            "InvalidResetPointError", f"instance ids starting with {SLOTS_PREFIX!r} are reserved"
+            errors.InvalidResetPointError,
+            f"instance ids starting with {SLOTS_PREFIX!r} are reserved",
         )
     item = b.load(msg.instance_id)
     events = _current_run(b, item)
@@ -174,7 +177,7 @@ def _forward_rerun(b: Batch, msg: ResetWorkflow, now_ms: int) -> Verdict | None:
     try:
         point = resolve_point(events, msg.target, msg.sequence)
     except InvalidResetPointError as exc:
-        return refused(type(exc).__name__, str(exc))
+        return refused(type(exc), str(exc))
     rows = b.tables.history(msg.instance_id, item.meta.generation_start)
     size = sum(len(raw) for raw in rows)
     if size > b.env.limits.record // 2:
@@ -183,7 +186,7 @@ def _forward_rerun(b: Batch, msg: ResetWorkflow, now_ms: int) -> Verdict | None:
             f"one record carries to {target!r} (half of max_record_bytes="
             f"{b.env.limits.record})"
         )
-        return refused("RerunTooLargeError", reason)
+        return refused(errors.RerunTooLargeError, reason)
     rerun = RerunFrom(
         target,
         msg.instance_id,
@@ -206,7 +209,7 @@ def on_rerun_from(b: Batch, msg: RerunFrom, now_ms: int) -> None:
     meta = item.meta
     seen = find(meta, msg.request_id, now_ms - b.env.dedup_window_ms) if msg.request_id else None
     if seen is not None:
-        verdict = Verdict(CommandResult(seen.result), seen.reason, seen.error)
+        verdict = remembered(seen)
         _answer_rerun(b, msg, verdict, now_ms, duplicate=True)
         return
     verdict = _rerun(b, item, msg, now_ms)
@@ -226,7 +229,7 @@ def _rerun(b: Batch, item: Loaded, msg: RerunFrom, now_ms: int) -> Verdict:
             f"instance {meta.instance_id} is {shown.value}: a rerun needs a new id, "
             f"or one whose run has ended"
         )
-        return refused("WorkflowAlreadyRunningError", reason)
+        return refused(errors.WorkflowAlreadyRunningError, reason)
     return _rerun_from(b, item, msg, now_ms, granted=False)
 
 
@@ -242,7 +245,7 @@ def _rerun_from(b: Batch, item: Loaded, msg: RerunFrom, now_ms: int, *, granted:
     try:
         plan = plan_reset(events, msg.from_sequence)
     except InvalidResetPointError as exc:
-        return refused(type(exc).__name__, str(exc))
+        return refused(type(exc), str(exc))
     started = _started_of(events)
     key = msg.concurrency_key
     limit = slots.limit_of(b, started.name, started.version) if key and not granted else 0
@@ -353,7 +356,7 @@ def _prepare(b: Batch, item: Loaded, plan: ResetPlan, *, same_instance: bool) ->
             "a child workflow runs at that point, and its id belongs to the source; rerun to "
             "a point before the child started or after its result arrived"
         )
-        return refused("InvalidResetPointError", reason)
+        return refused(errors.InvalidResetPointError, reason)
     return execution, kept, waited
 
 
@@ -422,7 +425,7 @@ def _replayed(b: Batch, execution: WorkflowExecution, kept: list[HistoryEvent]) 
             f"the deployed code does not replay the history kept before that point ({exc}); "
             f"reset to an earlier point (the first turn always replays)"
         )
-        return refused("InvalidResetPointError", reason)
+        return refused(errors.InvalidResetPointError, reason)
     return None
 
 

@@ -2,12 +2,12 @@
 
 A schedule is the row of a reserved id (``~schedules/NAME``, see ``engine.core.schedules``)
 on the partition that owns it. Its commands (``ScheduleCommand``, on the commands topic,
-keyed by that id) and its timer (task id :data:`SCHEDULE_TIMER`, set for the next slot)
-only ever reach that partition, so one replica at a time decides every slot. A due slot
-becomes a ``StartWorkflow`` on instance-messages, for the run id of the slot, under
-REJECT_DUPLICATE and with the schedule's row as its parent: the slot's decision, the
-timer for the next slot and the start are in one transaction, and a start that reached
-the run's partition twice is refused there, so each slot starts exactly one run. The
+keyed by that id) and its timer (task id :data:`SCHEDULE_TIMER`, set for the next fire time)
+only ever reach that partition, so one replica at a time decides every fire time. A due fire time
+becomes a ``StartWorkflow`` on instance-messages, for the run id of the fire time, under
+REJECT_DUPLICATE and with the schedule's row as its parent: the fire time's decision, the
+timer for the next fire time and the start are in one transaction, and a start that reached
+the run's partition twice is refused there, so each fire time starts exactly one run. The
 run's end (or its refused start) comes back as a ``ChildResult`` to the row, which is
 how the overlap policy knows what still runs.
 
@@ -16,7 +16,7 @@ workflow is not registered: a typo in the schedule's workflow name) tells the ro
 PARKED child result, and a run whose start was refused or whose workflow is not
 registered (parking off) ends with a failed one; either pauses the schedule, with the
 reason as its note (``schedule describe``/``list`` show it), instead of letting the
-overlap policy skip every later slot behind a run that never ends. ``schedule resume``
+overlap policy skip every later fire time behind a run that never ends. ``schedule resume``
 takes it back.
 """
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from engine.core import errors
 from engine.core.errors import PayloadTooLargeError, ScheduleSpecError
 from engine.core.history import RuntimeStatus
 from engine.core.instance_row import InstanceRow
@@ -37,8 +38,8 @@ from engine.core.schedules import (
     check_name,
     check_spec,
     decide,
-    due_slots,
-    next_slot,
+    due_fire_times,
+    next_fire_time,
     run_id,
     schedule_name,
 )
@@ -48,7 +49,7 @@ from engine.services.processor.command_outcomes import Verdict, accepted, refuse
 from engine.services.processor.state import Loaded
 from engine.services.time_zones import resolve_zone
 
-#: Timer task id of a schedule's next slot.
+#: Timer task id of a schedule's next fire time.
 SCHEDULE_TIMER = -3
 
 
@@ -63,14 +64,14 @@ def on_schedule_command(b: Batch, msg: ScheduleCommand, now_ms: int) -> Verdict:
             f"schedule commands are keyed by the schedule's row id ({SCHEDULE_PREFIX}NAME), "
             f"not {msg.instance_id!r}"
         )
-        return refused("ScheduleDefinitionError", reason)
+        return refused(errors.ScheduleDefinitionError, reason)
     item = b.load(msg.instance_id)
     if msg.op is ScheduleOp.CREATE:
         return _create(b, item, msg, now_ms)
     state = item.meta.schedule
     if state is None:
         name = schedule_name(msg.instance_id)
-        return refused("ScheduleNotFoundError", f"there is no schedule {name!r}")
+        return refused(errors.ScheduleNotFoundError, f"there is no schedule {name!r}")
     return _OPS[msg.op](b, item, state, msg, now_ms)
 
 
@@ -78,7 +79,7 @@ def _create(b: Batch, item: Loaded, msg: ScheduleCommand, now_ms: int) -> Verdic
     meta = item.meta
     name = schedule_name(meta.instance_id)
     if meta.schedule is not None:
-        return refused("ScheduleAlreadyExistsError", f"schedule {name!r} exists already")
+        return refused(errors.ScheduleAlreadyExistsError, f"schedule {name!r} exists already")
     try:
         check_name(name)
         if msg.spec is None:
@@ -87,11 +88,11 @@ def _create(b: Batch, item: Loaded, msg: ScheduleCommand, now_ms: int) -> Verdic
         zone = resolve_zone(spec.timezone)
         b.env.limits.check("workflow_input", f"the input of schedule {name!r}", spec.input)
     except (ScheduleSpecError, PayloadTooLargeError) as exc:
-        return refused("ScheduleDefinitionError", str(exc))
+        return refused(errors.ScheduleDefinitionError, str(exc))
     state = ScheduleState(spec=spec, created_ms=now_ms)
     meta.schedule = state
     meta.last_updated_ms = now_ms
-    _arm(b, meta.instance_id, state, next_slot(spec, now_ms - 1, zone))
+    _arm(b, meta.instance_id, state, next_fire_time(spec, now_ms - 1, zone))
     b.save(meta)
     return accepted(_next_text(state))
 
@@ -102,7 +103,7 @@ def _pause(b: Batch, item: Loaded, state: ScheduleState, msg: ScheduleCommand, n
     _disarm(b, item.meta.instance_id, state)
     state.paused, state.note = True, msg.reason
     _touch(b, item, now)
-    return accepted("paused: no slot starts a run until it is resumed")
+    return accepted("paused: no fire time starts a run until it is resumed")
 
 
 def _resume(
@@ -113,14 +114,14 @@ def _resume(
     try:
         zone = resolve_zone(state.spec.timezone)
     except ScheduleSpecError as exc:
-        return refused("ScheduleDefinitionError", f"cannot resume: {exc}")
+        return refused(errors.ScheduleDefinitionError, f"cannot resume: {exc}")
     state.paused, state.note = False, ""
-    _arm(b, item.meta.instance_id, state, next_slot(state.spec, now - 1, zone))
+    _arm(b, item.meta.instance_id, state, next_fire_time(state.spec, now - 1, zone))
     started = _start_buffered(b, item, state)
     _touch(b, item, now)
     running = f"; {len(state.running)} run(s) it started still run" if state.running else ""
     return accepted(
-        f"resumed (the slots while it was paused are not run){started}{running}; "
+        f"resumed (the fire times while it was paused are not run){started}{running}; "
         f"{_next_text(state)}"
     )
 
@@ -144,7 +145,7 @@ def _trigger(
         # a trigger of the same millisecond (the same batch): its run id is taken, and a
         # second start of it would only be refused as a duplicate
         return accepted(f"already started {run} by another trigger at the same time")
-    decision = _slot(b, item, state, now, triggered=True)
+    decision = _fire(b, item, state, now, triggered=True)
     _touch(b, item, now)
     if decision is Decision.START:
         return accepted(f"started {state.last_run_id}")
@@ -162,12 +163,12 @@ _OPS: dict[ScheduleOp, _Op] = {
 }
 
 
-# --- slots ----------------------------------------------------------------------------------
+# --- fire times ----------------------------------------------------------------------------------
 
 
 def fire(b: Batch, item: Loaded, timer: keys.TimerKey, now_ms: int) -> None:
-    """The schedule's timer: handle every due slot (the catch-up window decides which
-    missed ones still run), then set the timer for the next slot."""
+    """The schedule's timer: handle every due fire time (the catch-up window decides which
+    missed ones still run), then set the timer for the next fire time."""
     state = item.meta.schedule
     if state is None or state.paused or timer.fire_at_ms != state.next_fire_ms:
         b.counters.reject("ScheduleTimer")  # deleted, paused or re-armed since: stale
@@ -179,24 +180,24 @@ def fire(b: Batch, item: Loaded, timer: keys.TimerKey, now_ms: int) -> None:
         state.paused, state.note = True, f"paused by the engine: {exc}; then resume it"
         _touch(b, item, now_ms)
         return
-    due = due_slots(state.spec, state.next_fire_ms, now_ms, zone)
+    due = due_fire_times(state.spec, state.next_fire_ms, now_ms, zone)
     state.skipped_missed += due.missed
-    for slot in due.slots:
-        _slot(b, item, state, slot, triggered=False)
+    for fire in due.times:
+        _fire(b, item, state, fire, triggered=False)
     _arm(b, item.meta.instance_id, state, due.next_ms)
     _touch(b, item, now_ms)
 
 
-def _slot(
-    b: Batch, item: Loaded, state: ScheduleState, slot_ms: int, *, triggered: bool
+def _fire(
+    b: Batch, item: Loaded, state: ScheduleState, fire_ms: int, *, triggered: bool
 ) -> Decision:
     decision = decide(state)
     if not triggered:
-        state.last_slot_ms = slot_ms
+        state.last_fire_ms = fire_ms
     if decision is Decision.START:
-        _start_run(b, item, state, run_id(_name(item), slot_ms, triggered=triggered))
+        _start_run(b, item, state, run_id(_name(item), fire_ms, triggered=triggered))
     elif decision is Decision.BUFFER:
-        state.buffered_ms = slot_ms
+        state.buffered_ms = fire_ms
     else:
         state.skipped_overlap += 1
     return decision
@@ -225,7 +226,7 @@ def _start_run(b: Batch, item: Loaded, state: ScheduleState, run: str) -> None:
 
 def on_run_ended(b: Batch, msg: ChildResult, now_ms: int) -> None:
     """A run the schedule started ended (or its start was refused): it no longer runs;
-    a slot buffered behind it (BUFFER_ONE) starts now. A run that parked still runs, but
+    a fire time buffered behind it (BUFFER_ONE) starts now. A run that parked still runs, but
     the schedule pauses, and so it does when a start was refused or found no workflow."""
     item = b.load(msg.instance_id)
     state = item.meta.schedule
@@ -272,7 +273,7 @@ def _pause_itself(b: Batch, item: Loaded, state: ScheduleState, why: str) -> Non
 
 
 def _start_buffered(b: Batch, item: Loaded, state: ScheduleState) -> str:
-    """Start the slot buffered behind the runs that ran (BUFFER_ONE) once none runs and
+    """Start the fire time buffered behind the runs that ran (BUFFER_ONE) once none runs and
     the schedule is not paused; says what it started ("": nothing)."""
     buffered = state.buffered_ms
     if not buffered or state.running or state.paused:
@@ -282,16 +283,16 @@ def _start_buffered(b: Batch, item: Loaded, state: ScheduleState) -> str:
     state.buffered_ms = 0
     run = run_id(_name(item), buffered)
     _start_run(b, item, state, run)
-    return f"; the buffered slot starts {run}"
+    return f"; the buffered fire time starts {run}"
 
 
 # --- helpers --------------------------------------------------------------------------------
 
 
-def _arm(b: Batch, row_id: str, state: ScheduleState, slot_ms: int) -> None:
-    state.next_fire_ms = slot_ms
-    if slot_ms:
-        b.tables.put_timer(keys.TimerKey(slot_ms, row_id, 0, SCHEDULE_TIMER))
+def _arm(b: Batch, row_id: str, state: ScheduleState, fire_ms: int) -> None:
+    state.next_fire_ms = fire_ms
+    if fire_ms:
+        b.tables.put_timer(keys.TimerKey(fire_ms, row_id, 0, SCHEDULE_TIMER))
 
 
 def _disarm(b: Batch, row_id: str, state: ScheduleState) -> None:
@@ -311,5 +312,5 @@ def _name(item: Loaded) -> str:
 
 def _next_text(state: ScheduleState) -> str:
     if not state.next_fire_ms:
-        return "no slot is left before its end"
-    return f"next slot at {state.next_fire_ms} (epoch ms)"
+        return "no fire time is left before its end"
+    return f"next fire time at {state.next_fire_ms} (epoch ms)"

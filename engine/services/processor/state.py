@@ -114,6 +114,28 @@ class Counters:
                 mine[key] = mine.get(key, 0) + n
 
 
+@dataclass
+class Progress(Counters):
+    """A replica's totals: its partitions' counters, its transactions, and where the time
+    went (seconds), for progress lines, metrics and benchmarks. The Kafka loop keeps it;
+    it lives here, beside :class:`Counters`, so that readers of it need not import the
+    loop."""
+
+    transactions: int = 0
+    aborts: int = 0
+    outputs: int = 0
+    turn_s: float = 0.0
+    produce_s: float = 0.0
+    offsets_s: float = 0.0
+    commit_s: float = 0.0
+    restores: int = 0
+    restored_records: int = 0
+    restore_s: float = 0.0
+    #: changelog partitions whose restore had to wait for an open transaction, and how long
+    restore_waits: int = 0
+    restore_wait_s: float = 0.0
+
+
 #: Counters' plain numbers and its labelled tallies (dicts), by field name.
 _TALLIES = tuple(f.name for f in fields(Counters) if f.default_factory is dict)
 _NUMBERS = tuple(f.name for f in fields(Counters) if f.name not in _TALLIES)

@@ -16,6 +16,7 @@ from engine import Registry, WorkflowContext
 from engine.codec import decode_message
 from engine.config.settings import Settings
 from engine.core.errors import (
+    CommandRefusedError,
     InstanceAlreadySuspendedError,
     InstanceNotFoundError,
     InstanceNotRunningError,
@@ -40,6 +41,7 @@ from engine.core.messages import (
     StartWorkflow,
 )
 from engine.core.payloads import to_payload
+from engine.services.client.outcomes import REFUSALS, raise_for_refusal, refusal_error
 from engine.services.processor.command_outcomes import accepted, find, remember
 from engine.testing import TestEngine
 
@@ -223,6 +225,57 @@ def test_refusals_raise_typed_errors_with_the_status(env: TestEngine) -> None:
     assert counters.command_outcomes[("TerminateWorkflow", "refused")] == 1
 
 
+def test_a_refusal_carries_its_stable_code_and_a_duplicate_repeats_it(env: TestEngine) -> None:
+    env.start("collect", instance_id="c")
+    env.run()
+    for _ in range(2):
+        with pytest.raises(InstanceNotSuspendedError):
+            env.resume("c", request_id="re-1")
+    first, again = [o for o in outcomes(env) if o.request_id == "re-1"]
+    assert (first.code, first.error) == ("instance_not_suspended", "InstanceNotSuspendedError")
+    assert again.duplicate and (again.code, again.error) == (first.code, first.error)
+    assert all(not o.code for o in outcomes(env) if o.result is not CommandResult.REFUSED)
+
+
+def _refusal(code: str = "", error: str = "") -> CommandOutcome:
+    return CommandOutcome(
+        "i",
+        command="ResumeWorkflow",
+        result=CommandResult.REFUSED,
+        reason="why",
+        error=error,
+        code=code,
+    )
+
+
+def test_the_client_maps_codes_to_errors_and_old_answers_by_class_name() -> None:
+    assert refusal_error(_refusal("already_running")) is WorkflowAlreadyRunningError
+    # an answer written before codes existed names the class only
+    assert refusal_error(_refusal("", "InstanceNotFoundError")) is InstanceNotFoundError
+    # the code wins over the name (a class renamed later keeps its code)
+    assert refusal_error(_refusal("instance_not_found", "OldName")) is InstanceNotFoundError
+    # what this client does not know is still a refusal
+    assert refusal_error(_refusal("from_the_future")) is CommandRefusedError
+    assert refusal_error(_refusal("", "NoSuchError")) is CommandRefusedError
+    with pytest.raises(WorkflowAlreadyRanError, match="refused: why; use a new instance id"):
+        raise_for_refusal(_refusal("already_ran"))
+
+
+def test_every_refusal_has_its_own_code_in_the_table() -> None:
+    classes = _subclasses(CommandRefusedError)
+    assert sorted(REFUSALS.values(), key=lambda c: c.__name__) == sorted(
+        classes, key=lambda c: c.__name__
+    )
+    assert all(REFUSALS[cls.code] is cls for cls in classes)
+
+
+def _subclasses(cls: type[CommandRefusedError]) -> list[type[CommandRefusedError]]:
+    found = [cls]
+    for sub in cls.__subclasses__():
+        found.extend(_subclasses(sub))
+    return found
+
+
 def test_a_raise_before_the_start_is_answered_buffered(env: TestEngine) -> None:
     answer = env.raise_event("later", "item", "early")
     assert answer is not None and answer.result is CommandResult.BUFFERED
@@ -258,7 +311,7 @@ def test_raise_then_start_on_a_finished_id_no_longer_loses_the_event(env: TestEn
     with pytest.raises(InstanceNotRunningError, match="COMPLETED"):
         env.raise_event("f", "item", "lost?")
     # signal_with_start starts a new run and delivers the event in the same turn
-    answer = env.signal_with_start("collect", "f", "item", "kept")
+    answer = env.signal_with_start("collect", "f", "item", "kept").outcome
     assert answer is not None and answer.result is CommandResult.ACCEPTED
     assert "started" in answer.reason
     env.raise_event("f", "item", "end")
@@ -272,7 +325,7 @@ def test_raise_then_start_on_a_finished_id_no_longer_loses_the_event(env: TestEn
 def test_signal_with_start_delivers_to_a_running_instance(env: TestEngine) -> None:
     env.start("collect", instance_id="r")
     env.run()
-    answer = env.signal_with_start("collect", "r", "item", 1, input="ignored")
+    answer = env.signal_with_start("collect", "r", "item", 1, input="ignored").outcome
     assert answer is not None and "delivered" in answer.reason
     env.raise_event("r", "item", "end")
     state = env.wait_for_completion("r")
@@ -288,7 +341,7 @@ def test_signal_with_start_of_a_new_id_starts_it(env: TestEngine) -> None:
 
 def test_signal_with_start_keeps_the_event_of_a_scheduled_instance(env: TestEngine) -> None:
     env.start("collect", instance_id="s", start_at=env.now() + timedelta(hours=1))
-    answer = env.signal_with_start("collect", "s", "item", "early")
+    answer = env.signal_with_start("collect", "s", "item", "early").outcome
     assert answer is not None and answer.result is CommandResult.BUFFERED
     env.advance(timedelta(hours=2))
     env.raise_event("s", "item", "end")
@@ -370,7 +423,7 @@ def test_signal_with_start_under_reject_duplicate_refuses_an_ended_id(env: TestE
     env.run()
     answer = env.signal_with_start(
         "collect", "live", "item", 2, reuse_policy=IdReusePolicy.REJECT_DUPLICATE
-    )
+    ).outcome
     assert answer is not None and "delivered" in answer.reason  # a live one is signalled
 
 
@@ -385,7 +438,7 @@ def test_signal_with_start_under_error_if_running_refuses_a_live_id(env: TestEng
     assert env.wait_for_completion("busy").output == []  # the refused event was not delivered
     answer = env.signal_with_start(
         "collect", "busy", "item", 3, reuse_policy=IdReusePolicy.ERROR_IF_RUNNING
-    )
+    ).outcome
     assert answer is not None and "started a new run" in answer.reason
 
 
@@ -395,7 +448,7 @@ def test_signal_with_start_under_terminate_if_running_replaces_the_run(env: Test
     env.raise_event("swap", "item", "old")
     answer = env.signal_with_start(
         "collect", "swap", "item", "new", reuse_policy=IdReusePolicy.TERMINATE_IF_RUNNING
-    )
+    ).outcome
     assert answer is not None and "started a new run" in answer.reason
     env.raise_event("swap", "item", "end")
     state = env.wait_for_completion("swap")

@@ -18,6 +18,7 @@ from engine.core.concurrency import ConcurrencySlots, SlotHolder, acquire, relea
 from engine.core.errors import NoConcurrencyLimitError, RegistrationError
 from engine.core.history import RuntimeStatus
 from engine.core.messages import CommandResult, ConcurrencySlot, SlotOp
+from engine.services.client.commands import start_command
 from engine.services.processor.memory_store import MemoryPartitionStore
 from engine.services.processor.partition import PartitionProcessor
 from engine.testing import TestEngine
@@ -88,7 +89,9 @@ def test_another_key_has_its_own_slots(env: TestEngine) -> None:
 
 def test_the_answer_says_the_start_waits(env: TestEngine) -> None:
     answer = env.client.send(
-        env.client.start_command("sync-account", "x", instance_id="w2", concurrency_key="k"),
+        start_command(
+            env.client.registry, "sync-account", "x", instance_id="w2", concurrency_key="k"
+        ),
         wait=True,
     )
     assert answer is not None and answer.result is CommandResult.BUFFERED

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import copy
 import io
-import json
 from typing import Any
 
 import fastavro
 import pytest
 
 from engine import ApplicationError, Registry, WorkflowContext
-from engine.codec.registry import schema_dir
+from engine.codec.wire import current_schema
 from engine.config.settings import Settings
 from engine.core.errors import (
     ActivityFailedError,
@@ -238,7 +237,7 @@ def test_the_parked_state_round_trips_in_the_avro_row() -> None:
 
 def test_rows_written_without_the_parked_field_read_as_not_parked() -> None:
     """Old rows lack the field; Avro resolution fills its default (null)."""
-    current = json.loads((schema_dir() / "InstanceRow.avsc").read_text())
+    current = copy.deepcopy(current_schema("InstanceRow").raw)  # Command read in by name
     old = copy.deepcopy(current)
     old["fields"] = [f for f in old["fields"] if f["name"] != "parked"]
     out = io.BytesIO()

@@ -3,7 +3,7 @@
 A run that parks (a bug, or a workflow name the processors do not know), a start that is
 refused, or a run whose workflow is not registered (parking off) pauses its schedule with
 the reason in its description, instead of letting the overlap policy skip every later
-slot behind it; ``schedule resume`` takes it back. The Kafka side is
+fire time behind it; ``schedule resume`` takes it back. The Kafka side is
 tests/integration/test_schedules_kafka.py."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def test_a_run_that_parks_pauses_its_schedule_until_it_is_resumed() -> None:
         assert "PARKED" in described["note"] and first in described["note"]
         assert "KeyError" in described["note"] and "schedule resume daily" in described["note"]
         env.advance(timedelta(minutes=5))
-        assert _described(env, "daily")["started"] == 1  # no slot skipped behind it silently
+        assert _described(env, "daily")["started"] == 1  # no fire time skipped behind it silently
         env.deploy(build_registry(buggy=False))
         env.retry(first)
         assert env.wait_for_completion(first).output == "report sales"
@@ -96,7 +96,7 @@ def test_an_unregistered_workflow_pauses_the_schedule_with_parking_off() -> None
 def test_a_refused_start_pauses_the_schedule() -> None:
     with engine() as env:
         taken = run_id("clash", _at(1))
-        env.start("report", "earlier", instance_id=taken)  # the run id of slot 1 already ran
+        env.start("report", "earlier", instance_id=taken)  # the run id of fire time 1 already ran
         env.run()
         env.create_schedule("clash", "report", "x", every="1m")
         env.advance(timedelta(minutes=1, seconds=30))

@@ -1,4 +1,4 @@
-"""Schedules on the test engine, with time skipping: a thousand slots each started once,
+"""Schedules on the test engine, with time skipping: a thousand fire times each started once,
 the overlap policies, the catch-up window after downtime, pause/resume/trigger/delete, the
 typed refusals, and the schedule kept across a restart and a takeover rebuilt from the
 changelogs. The Kafka side is tests/integration/test_schedules_kafka.py."""
@@ -69,7 +69,7 @@ def _at(minutes: float) -> int:
     return int((T0 + timedelta(minutes=minutes)).timestamp() * 1000)
 
 
-def test_a_thousand_slots_each_start_exactly_one_run(env: TestEngine) -> None:
+def test_a_thousand_fire_times_each_start_exactly_one_run(env: TestEngine) -> None:
     env.create_schedule("hourly", "report", "sales", every="1m", overlap="ALLOW_ALL")
     env.advance(timedelta(minutes=999))
     described = _described(env, "hourly")
@@ -89,17 +89,17 @@ def test_a_thousand_slots_each_start_exactly_one_run(env: TestEngine) -> None:
     assert len(env.client.list_instances()) == 1000  # the schedule's row is not an instance
 
 
-def test_skip_leaves_out_the_slots_while_a_run_runs(env: TestEngine) -> None:
+def test_skip_leaves_out_the_fire_times_while_a_run_runs(env: TestEngine) -> None:
     env.create_schedule("s", "slow-report", 150, every="1m", overlap="SKIP")
     env.advance(timedelta(minutes=5, seconds=30))
-    # slots 0..5: 0 runs to 2:30, so 1 and 2 are skipped; 3 runs to 5:30, 4 and 5 skipped
+    # fire times 0..5: 0 runs to 2:30, so 1 and 2 are skipped; 3 runs to 5:30, 4 and 5 skipped
     described = _described(env, "s")
     assert described["started"] == 2
     assert described["skipped_overlap"] == 4
     assert set(_run_starts(env)) == {run_id("s", _at(0)), run_id("s", _at(3))}
 
 
-def test_buffer_one_runs_one_waiting_slot_after_the_running_one(env: TestEngine) -> None:
+def test_buffer_one_runs_one_waiting_fire_time_after_the_running_one(env: TestEngine) -> None:
     env.create_schedule("b", "slow-report", 140, every="1m", overlap="BUFFER_ONE")
     env.advance(timedelta(minutes=5, seconds=1))
     # 0 runs 0-2:20; 1 waits (2 is skipped) and runs 2:20-4:40; 3 waits (4 skipped), runs
@@ -120,7 +120,7 @@ def test_allow_all_lets_runs_overlap(env: TestEngine) -> None:
     assert len(described["running"]) == described["running_count"] == 3
 
 
-def test_after_downtime_only_the_slots_inside_the_catch_up_window_run(env: TestEngine) -> None:
+def test_after_downtime_only_the_fire_times_inside_the_catch_up_window_run(env: TestEngine) -> None:
     env.create_schedule("c", "report", "x", every="1m", catch_up_window="5m", overlap="ALLOW_ALL")
     env.run()
     env.clock.advance_to(_at(30))  # the processors were down for 30 minutes
@@ -128,7 +128,7 @@ def test_after_downtime_only_the_slots_inside_the_catch_up_window_run(env: TestE
     described = _described(env, "c")
     caught_up = {run_id("c", _at(m)) for m in range(25, 31)}
     assert set(_run_starts(env)) == {run_id("c", _at(0))} | caught_up
-    assert described["skipped_missed"] == 24  # the slots 1..24 were older than 5 minutes
+    assert described["skipped_missed"] == 24  # the fire times 1..24 were older than 5 minutes
     assert described["next_fire_ms"] == _at(31)
 
 
@@ -140,7 +140,7 @@ def test_catch_up_follows_the_overlap_policy(env: TestEngine) -> None:
     env.clock.advance_to(_at(20))
     env.run()
     described = _described(env, "k")
-    # slot 0 runs (to 10:00, which is in the past now: it ends in this wait too)
+    # fire time 0 runs (to 10:00, which is in the past now: it ends in this wait too)
     assert described["skipped_missed"] == 9  # 1..9
     assert described["started"] + described["skipped_overlap"] == 12  # 0 and 10..20
 
@@ -152,7 +152,7 @@ def test_a_cron_schedule_fires_at_its_minutes(env: TestEngine) -> None:
     assert set(_run_starts(env)) == expected
 
 
-def test_start_and_end_bound_the_slots(env: TestEngine) -> None:
+def test_start_and_end_bound_the_fire_times(env: TestEngine) -> None:
     env.create_schedule(
         "w",
         "report",
@@ -259,7 +259,7 @@ def test_the_schedule_survives_a_restart_and_a_takeover(env: TestEngine) -> None
     assert described["started"] == len(starts)
     assert (
         described["started"] + described["skipped_overlap"] + bool(described["buffered_ms"]) == 8
-    )  # slots 0..7
+    )  # fire times 0..7
 
 
 def test_an_input_over_the_workflow_input_limit_is_refused() -> None:
@@ -290,4 +290,4 @@ def test_two_triggers_in_one_batch_start_one_run_and_say_so() -> None:
         assert _described(env, "t")["started"] == 1
         env.advance(timedelta(seconds=10))
         assert env.wait_for_completion(run).output == "done"
-        assert _described(env, "t")["running"] == []  # nothing left that blocks later slots
+        assert _described(env, "t")["running"] == []  # nothing left that blocks later fire times

@@ -25,15 +25,15 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from engine.adapters.kafka_admin import ensure_task_queue_topics
-from engine.adapters.kafka_config import (
+from engine.adapters.kafka.admin import ensure_task_queue_topics
+from engine.adapters.kafka.config import (
     consumer_config,
     group_membership,
     idempotent_producer_config,
 )
-from engine.adapters.kafka_deadline import close_within, ends_process_if_stuck
-from engine.adapters.kafka_delivery import DeliveryProducer, Outcome, is_refusal
-from engine.adapters.kafka_io import (
+from engine.adapters.kafka.deadline import close_within, ends_process_if_stuck
+from engine.adapters.kafka.delivery import DeliveryProducer, Outcome, is_refusal
+from engine.adapters.kafka.io import (
     LeaderCache,
     RecordRejectedError,
     leave_group,
@@ -41,7 +41,7 @@ from engine.adapters.kafka_io import (
     poll_batch,
     resume_partitions,
 )
-from engine.adapters.kafka_recovery import Recovery
+from engine.adapters.kafka.recovery import Recovery
 from engine.adapters.metrics import WorkerMetrics
 from engine.adapters.tracing import trace_header
 from engine.config.settings import Settings
@@ -49,9 +49,9 @@ from engine.config.topics import topic_names
 from engine.core.errors import BrokerError
 from engine.core.task_queues import DEFAULT_TASK_QUEUE
 from engine.runtime.registry import Registry
-from engine.services.queue_limits import QueueLimits
 from engine.services.tracing import TraceHook
-from engine.services.worker import (
+from engine.services.worker.queue_limits import QueueLimits
+from engine.services.worker.worker import (
     REQUEUES_HEADER,
     CommitPolicy,
     FlowAction,

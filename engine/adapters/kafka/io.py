@@ -15,10 +15,10 @@ librdkafka's transactional API asks of its callers, so that every caller reacts 
 - being *fenced* raises :class:`ProducerFencedError`: another process took this
   ``transactional.id``, or this one stalled past the transaction timeout; the caller drops
   its uncommitted work and makes a new producer, a bounded number of times
-  (:mod:`engine.adapters.kafka_recovery`), rather than fencing back in a loop;
+  (:mod:`engine.adapters.kafka.recovery`), rather than fencing back in a loop;
 - a blocking call (``init_transactions``, ``send_offsets_to_transaction``,
   ``commit_transaction``, ``abort_transaction``) that does not return by its deadline is
-  abandoned with its producer (:mod:`engine.adapters.kafka_deadline`): the producer is
+  abandoned with its producer (:mod:`engine.adapters.kafka.deadline`): the producer is
   recreated and :class:`AbortedTransaction` raised, or the process ends itself when even that
   is stuck.
 
@@ -44,7 +44,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from engine.adapters.kafka_deadline import (
+from engine.adapters.kafka.deadline import (
     CallDeadlineExceeded,
     DeadlineCaller,
     close_within,

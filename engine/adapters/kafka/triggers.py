@@ -25,13 +25,13 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from engine.adapters.kafka_config import (
+from engine.adapters.kafka.config import (
     consumer_config,
     group_membership,
     transactional_producer_config,
 )
-from engine.adapters.kafka_deadline import close_within
-from engine.adapters.kafka_io import (
+from engine.adapters.kafka.deadline import close_within
+from engine.adapters.kafka.io import (
     AbortedTransaction,
     RecordRejectedError,
     TransactionalProducer,

@@ -31,14 +31,14 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from engine.adapters.kafka_config import consumer_config, producer_config
-from engine.adapters.kafka_io import poll_batch, stable_end_offsets
-from engine.adapters.kafka_logs import unreachable_message, watch_of
+from engine.adapters.kafka.config import consumer_config, producer_config
+from engine.adapters.kafka.io import poll_batch, stable_end_offsets
+from engine.adapters.kafka.logs import unreachable_message, watch_of
 from engine.adapters.tracing import current_headers
 from engine.core.errors import BrokerError, BrokerUnreachableError, WaitTimeoutError
 from engine.core.keys import instance_key, murmur2_partition
-from engine.services.client import StatusView
-from engine.services.outcomes import OutcomeWaiters
+from engine.services.client.outcomes import OutcomeWaiters
+from engine.services.client.workflow_client import StatusView
 
 __all__ = ["KafkaCommandSink", "KafkaOutcomeReader", "KafkaStatusReader", "partition_count"]
 

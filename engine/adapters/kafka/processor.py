@@ -31,7 +31,6 @@ import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,26 +42,26 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from engine.adapters.kafka_admin import TaskQueueTopics
-from engine.adapters.kafka_config import (
+from engine.adapters.kafka.admin import TaskQueueTopics
+from engine.adapters.kafka.config import (
     admin_config,
     consumer_config,
     group_membership,
     transactional_producer_config,
 )
-from engine.adapters.kafka_deadline import ends_process_if_stuck
-from engine.adapters.kafka_fencing import Fencing, stamped
-from engine.adapters.kafka_io import (
+from engine.adapters.kafka.deadline import ends_process_if_stuck
+from engine.adapters.kafka.fencing import Fencing, stamped
+from engine.adapters.kafka.io import (
     AbortedTransaction,
     Delivered,
     TransactionalProducer,
     leave_group,
     poll_batch,
 )
-from engine.adapters.kafka_isolation import Produced, produce_batch, refused_in_delivery
-from engine.adapters.kafka_liveness import LivenessWatch
-from engine.adapters.kafka_recovery import Recovery
-from engine.adapters.kafka_restore import RestoreInterrupted, RestoreReport, restore_tables
+from engine.adapters.kafka.isolation import Produced, produce_batch, refused_in_delivery
+from engine.adapters.kafka.liveness import LivenessWatch
+from engine.adapters.kafka.recovery import Recovery
+from engine.adapters.kafka.restore import RestoreInterrupted, RestoreReport, restore_tables
 from engine.adapters.rocks_store import RocksPartitionStore
 from engine.adapters.schema_registry import connect_schema_registry
 from engine.config.settings import Settings
@@ -75,7 +74,7 @@ from engine.core.errors import (
 )
 from engine.runtime.registry import Registry
 from engine.services.processor.batch import Batch
-from engine.services.processor.partition import Counters, Environment, PartitionProcessor
+from engine.services.processor.partition import Environment, PartitionProcessor
 from engine.services.processor.protocol import (
     BatchMetrics,
     Clock,
@@ -84,7 +83,7 @@ from engine.services.processor.protocol import (
     SystemClock,
     poll_wait_s,
 )
-from engine.services.processor.state import partition_cache_capacity
+from engine.services.processor.state import Progress, partition_cache_capacity
 from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
 from engine.services.records import RawRecord
 from engine.services.tracing import NoTracing, TraceHook
@@ -112,26 +111,6 @@ PRODUCER_RETRY_BACKOFF_MAX_MS = 20
 #: The longest one poll blocks when no timer is due sooner: the loop looks at its stop
 #: flag between polls, so this bounds how long a stop request waits.
 MAX_POLL_WAIT_S = 0.5
-
-
-@dataclass
-class Progress(Counters):
-    """A replica's totals: its partitions' counters, its transactions, and where the time
-    went (seconds), for progress lines and benchmarks."""
-
-    transactions: int = 0
-    aborts: int = 0
-    outputs: int = 0
-    turn_s: float = 0.0
-    produce_s: float = 0.0
-    offsets_s: float = 0.0
-    commit_s: float = 0.0
-    restores: int = 0
-    restored_records: int = 0
-    restore_s: float = 0.0
-    #: changelog partitions whose restore had to wait for an open transaction, and how long
-    restore_waits: int = 0
-    restore_wait_s: float = 0.0
 
 
 #: Which steps' durations the progress totals keep, and under which field.
@@ -231,7 +210,7 @@ class ProcessorRunner:
         config.update(PROCESSOR_CONSUMER)
         config.update(group_membership(settings.replica_id, static=settings.static_membership))
         config.update(settings.extra_kafka)
-        #: The name the group knows this replica's consumer by (see kafka_fencing).
+        #: The name the group knows this replica's consumer by (see kafka.fencing).
         self._member = str(config.get("client.id", self._client_id))
         self._consumer_config = config
         return Consumer(config)
@@ -292,7 +271,7 @@ class ProcessorRunner:
                 watch.stop(left=True)
 
     def _watch_peers(self) -> LivenessWatch | None:
-        """Write this replica's liveness records and evict a silent peer (kafka_liveness);
+        """Write this replica's liveness records and evict a silent peer (kafka.liveness);
         none when turned off or without static membership (nothing to evict by)."""
         if not (self.settings.liveness_interval_ms and self.settings.static_membership):
             return None
@@ -535,7 +514,7 @@ class ProcessorRunner:
 
     def _consumed_positions(self) -> list[TopicPartition]:
         """The offset after the last record accepted into the batch, per input partition,
-        naming this replica as their owner (kafka_fencing)."""
+        naming this replica as their owner (kafka.fencing)."""
         return stamped(
             [TopicPartition(t, p, offset) for (t, p), offset in self._batch_next.items()],
             self._client_id,

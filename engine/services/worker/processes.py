@@ -1,7 +1,7 @@
 """Sync activities in child processes, so that a start-to-close timeout really stops them.
 
 A thread cannot be stopped, so by default a sync activity past its timeout is only
-abandoned (:mod:`engine.services.activity_threads`): its thread runs on, using CPU and
+abandoned (:mod:`engine.services.worker.threads`): its thread runs on, using CPU and
 whatever it holds. With ``run worker --executor process`` each sync attempt runs in a fresh
 child process (the ``spawn`` start method: forking a process that runs Kafka client threads
 is unsafe) and is killed at its timeout, or when the worker shuts down. The price is a

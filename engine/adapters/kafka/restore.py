@@ -34,8 +34,8 @@ from typing import Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
-from engine.adapters.kafka_config import consumer_config
-from engine.adapters.kafka_io import log_end_offsets
+from engine.adapters.kafka.config import consumer_config
+from engine.adapters.kafka.io import log_end_offsets
 from engine.config.settings import Settings
 from engine.core.errors import TurnstileError
 

@@ -1,6 +1,6 @@
 """The activity worker's logic, free of Kafka: what to run, what to produce, what to commit.
 
-The Kafka loop (``engine.adapters.kafka_worker``) feeds task records in and asks this module
+The Kafka loop (``engine.adapters.kafka.worker``) feeds task records in and asks this module
 what to do next. The split keeps the delicate parts - which offsets are safe to commit, when
 to pause, how a failure is reported - testable without a broker.
 
@@ -38,15 +38,15 @@ from engine.core.payloads import Payload
 from engine.core.task_queues import DEFAULT_TASK_QUEUE
 from engine.core.tracecontext import SpanContext
 from engine.runtime.registry import Registry
-from engine.services.activity_attempts import CANCELLED_TYPE, Attempt, cancelled_failure
-from engine.services.activity_runner import ActivityRunner
-from engine.services.activity_timeouts import TIMEOUT_TYPE, not_startable
-from engine.services.attempt_spans import attempt_parent, attempt_span
 from engine.services.dead_letters import dead_letter_of
-from engine.services.queue_limits import QueueLimits
 from engine.services.records import RawRecord as TaskRecord
 from engine.services.tracing import NoTracing, TraceHook
-from engine.services.worker_offsets import OffsetTracker
+from engine.services.worker.attempt_spans import attempt_parent, attempt_span
+from engine.services.worker.attempts import CANCELLED_TYPE, Attempt, cancelled_failure
+from engine.services.worker.offsets import OffsetTracker
+from engine.services.worker.queue_limits import QueueLimits
+from engine.services.worker.runner import ActivityRunner
+from engine.services.worker.timeouts import TIMEOUT_TYPE, not_startable
 
 __all__ = [
     "REQUEUES_HEADER",

@@ -14,8 +14,8 @@ from typing import Any
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from engine.adapters.kafka_config import admin_config, consumer_config
-from engine.adapters.kafka_io import log_end_offsets
+from engine.adapters.kafka.config import admin_config, consumer_config
+from engine.adapters.kafka.io import log_end_offsets
 from engine.config.settings import Settings
 from engine.core.errors import BrokerError
 

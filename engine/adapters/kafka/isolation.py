@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from confluent_kafka import KafkaError
 
-from engine.adapters.kafka_io import (
+from engine.adapters.kafka.io import (
     AbortedTransaction,
     RecordRejectedError,
     TransactionalProducer,

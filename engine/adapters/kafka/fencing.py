@@ -18,7 +18,7 @@ now and bump the id's epoch, so the old producer, should it come back, can never
 again. An owner still in the group is left alone: it handed the partitions over in an
 ordinary rebalance, after committing, and fencing it would abort its work on the partitions
 it keeps. A fenced replica that restarts under its id recovers like any fenced producer
-(:mod:`engine.adapters.kafka_recovery`).
+(:mod:`engine.adapters.kafka.recovery`).
 
 Fencing is an optimisation of time, never of correctness: when the owner cannot be read or
 the group cannot be described, nothing is fenced and the restore waits for the transaction
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from engine.adapters.kafka_config import KafkaConfig
+from engine.adapters.kafka.config import KafkaConfig
 
 __all__ = ["Fencing", "stamped"]
 

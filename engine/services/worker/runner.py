@@ -1,7 +1,7 @@
 """Running activity bodies: sync ones on threads (or child processes), async ones on one
 event loop, each attempt inside its ``current_activity()`` scope and under its timeouts.
 
-:class:`ActivityRunner` is what the worker state machine (``engine.services.worker``)
+:class:`ActivityRunner` is what the worker state machine (``engine.services.worker.worker``)
 hands each attempt to; it reports every run's outcome back through one callback.
 """
 
@@ -22,15 +22,15 @@ from engine.core.failure import failure_from_exception
 from engine.core.messages import ActivityTask
 from engine.core.payloads import from_payload, to_payload
 from engine.core.typed import convert, parameter_type
-from engine.services.activity_attempts import Attempt, OnDone, cancelled_failure
-from engine.services.activity_processes import Encoded, ProcessExecutor
-from engine.services.activity_threads import AbandoningThreads
-from engine.services.activity_timeouts import run_timeout_s
+from engine.services.worker.attempts import Attempt, OnDone, cancelled_failure
+from engine.services.worker.processes import Encoded, ProcessExecutor
+from engine.services.worker.threads import AbandoningThreads
+from engine.services.worker.timeouts import run_timeout_s
 
 __all__ = ["EXECUTORS", "ActivityRunner"]
 
 #: Where sync activities run: reusable threads (abandoned at their timeout) or one child
-#: process per attempt (killed at its timeout; see engine.services.activity_processes).
+#: process per attempt (killed at its timeout; see engine.services.worker.processes).
 EXECUTORS = ("thread", "process")
 
 
@@ -75,7 +75,7 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 
 class ActivityRunner:
     """Runs activities: sync ones on daemon threads (abandoned at their start-to-close
-    timeout, see :mod:`engine.services.activity_threads`), async ones on one event loop.
+    timeout, see :mod:`engine.services.worker.threads`), async ones on one event loop.
 
     The event loop lives in a background thread so that thousands of waiting async
     activities cost no threads. Every run ends with one call of ``on_done(output, failure,

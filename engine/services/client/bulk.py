@@ -50,8 +50,8 @@ from engine.core.messages import (
     SuspendWorkflow,
     TerminateWorkflow,
 )
-from engine.services.client import reset_command
-from engine.services.listing import ENGINE_ROW_PREFIX
+from engine.services.client.commands import reset_command
+from engine.services.client.listing import ENGINE_ROW_PREFIX
 
 __all__ = [
     "OPERATIONS",

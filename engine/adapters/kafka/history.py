@@ -26,9 +26,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from engine.adapters.kafka_client import partition_count
-from engine.adapters.kafka_config import consumer_config
-from engine.adapters.kafka_io import log_end_offsets, poll_batch, stable_end_offsets
+from engine.adapters.kafka.client import partition_count
+from engine.adapters.kafka.config import consumer_config
+from engine.adapters.kafka.io import log_end_offsets, poll_batch, stable_end_offsets
 from engine.adapters.schema_registry import connect_schema_registry
 from engine.codec import decode_history
 from engine.config.settings import Settings

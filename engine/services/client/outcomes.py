@@ -19,14 +19,16 @@ from engine.core import errors
 from engine.core.errors import CodecError, CommandRefusedError, CommandTimeoutError
 from engine.core.messages import CommandOutcome, CommandResult
 
-__all__ = ["REFUSALS", "OutcomeWaiters", "raise_for_refusal"]
+__all__ = ["REFUSALS", "OutcomeWaiters", "raise_for_refusal", "refusal_error"]
 
 log = logging.getLogger(__name__)
 
-#: The error a refusal raises, by the name the processor gives it (CommandOutcome.error).
+#: The error a refusal raises, by its stable code (``CommandOutcome.code``): the one table
+#: from the processor's answers to the exception tree.
 REFUSALS: dict[str, type[CommandRefusedError]] = {
-    cls.__name__: cls
+    cls.code: cls
     for cls in (
+        errors.CommandRefusedError,
         errors.InstanceNotFoundError,
         errors.InstanceAlreadyExistsError,
         errors.WorkflowAlreadyRunningError,
@@ -38,6 +40,7 @@ REFUSALS: dict[str, type[CommandRefusedError]] = {
         errors.PendingEventsFullError,
         errors.ParkedEventsFullError,
         errors.NoConcurrencyLimitError,
+        errors.ScheduleRefusedError,
         errors.ScheduleAlreadyExistsError,
         errors.ScheduleNotFoundError,
         errors.ScheduleDefinitionError,
@@ -45,6 +48,18 @@ REFUSALS: dict[str, type[CommandRefusedError]] = {
         errors.RerunTooLargeError,
     )
 }
+
+#: The same errors by class name, for answers written before codes existed (``error``).
+_BY_NAME = {cls.__name__: cls for cls in REFUSALS.values()}
+
+
+def refusal_error(outcome: CommandOutcome) -> type[CommandRefusedError]:
+    """The error class a refused outcome raises: by its code, else (an answer from a
+    processor that predates codes) by its class name, else the base class."""
+    if outcome.code:
+        return REFUSALS.get(outcome.code, CommandRefusedError)
+    return _BY_NAME.get(outcome.error, CommandRefusedError)
+
 
 #: What to do next, by refusal (appended to the processor's reason).
 _HINTS: dict[type[CommandRefusedError], str] = {
@@ -73,7 +88,7 @@ def raise_for_refusal(outcome: CommandOutcome) -> CommandOutcome:
     """The outcome itself when the command was accepted or buffered; else its typed error."""
     if outcome.result is not CommandResult.REFUSED:
         return outcome
-    cls = REFUSALS.get(outcome.error, CommandRefusedError)
+    cls = refusal_error(outcome)
     hint = _HINTS.get(cls)
     message = f"{outcome.command} for {outcome.instance_id!r} refused: {outcome.reason}"
     raise cls(f"{message}; {hint}" if hint else message, outcome)

@@ -29,7 +29,7 @@ from engine.core.schedules import (
     parse_duration,
     schedule_id,
 )
-from engine.services.client import WorkflowClient
+from engine.services.client.workflow_client import WorkflowClient
 from engine.services.time_zones import resolve_zone
 
 Duration = timedelta | float | str
@@ -171,7 +171,7 @@ class ScheduleMethods:
     def create_schedule(
         self, name: str, workflow: Any, input: Any = None, **options: Any
     ) -> CommandOutcome | None:
-        """Start ``workflow`` at every slot of ``cron=`` (five fields, in ``timezone=``,
+        """Start ``workflow`` at every fire time of ``cron=`` (five fields, in ``timezone=``,
         an IANA name, default UTC) or ``every=`` (a timedelta, seconds or '30s');
         ``overlap=`` SKIP, BUFFER_ONE or ALLOW_ALL, ``catch_up_window=``,
         ``start_at=``/``end_at=``, ``version=``. Raises
@@ -180,11 +180,11 @@ class ScheduleMethods:
         return self._schedule_client().create(name, workflow, input, **options)
 
     def pause_schedule(self, name: str, reason: str = "", **options: Any) -> CommandOutcome | None:
-        """No slot starts a run until resumed (ScheduleNotFoundError: no such schedule)."""
+        """No fire time starts a run until resumed (ScheduleNotFoundError: no such schedule)."""
         return self._schedule_client().pause(name, reason, **options)
 
     def resume_schedule(self, name: str, **options: Any) -> CommandOutcome | None:
-        """Go on from the next slot; the slots while paused are not run."""
+        """Go on from the next fire time; the fire times while paused are not run."""
         return self._schedule_client().resume(name, **options)
 
     def delete_schedule(self, name: str, **options: Any) -> CommandOutcome | None:

@@ -2,7 +2,7 @@
 
 Writes are commands produced to the commands topic (keyed by instance id, so that they land
 on the instance's partition); each carries a request id, and by default the client waits for
-the processor's answer to it (``engine.services.outcomes``) and raises a refusal as a typed
+the processor's answer to it (``engine.services.client.outcomes``) and raises a refusal as a typed
 error. Reads never ask the processor anything: the processor keeps
 the latest metadata of every instance on the compacted status topic, and the client folds
 that topic into an in-memory view (:class:`StatusView`). A read waits once, on first use,
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -32,44 +31,30 @@ from engine.core.failure import FailureDetails
 from engine.core.history import RuntimeStatus
 from engine.core.messages import (
     CommandOutcome,
-    IdReusePolicy,
     InstanceStatus,
     Message,
-    PurgeWorkflow,
-    RaiseEvent,
-    ResetTarget,
-    ResetWorkflow,
-    ResumeWorkflow,
-    SignalWithStart,
-    StartWorkflow,
-    SuspendWorkflow,
-    TerminateWorkflow,
 )
-from engine.core.payloads import Payload, describe_payload, from_payload, to_payload
-from engine.core.tags import checked_tags
+from engine.core.payloads import Payload, describe_payload, from_payload
 from engine.runtime.jsonhistory import failure_to_json
 from engine.runtime.registry import Registry, default_registry
-from engine.services.listing import InstanceFilter, InstancePage, PageCollector
-from engine.services.outcomes import OutcomeWaiters, raise_for_refusal
-from engine.services.versions import VersionCount, count_versions
+from engine.services.client.listing import InstanceFilter, InstancePage, PageCollector
+from engine.services.client.outcomes import OutcomeWaiters, raise_for_refusal
+from engine.services.client.versions import VersionCount, count_versions
 
 __all__ = [
-    "RETRY_REASON",
     "CommandSink",
     "InstanceState",
     "StatusFeed",
     "StatusPredicate",
     "StatusView",
     "WorkflowClient",
+    "completed_since",
     "is_completed",
     "is_started",
     "list_filter",
 ]
 
 log = logging.getLogger(__name__)
-
-#: The reason recorded for the resume that ``retry`` sends (a parked instance runs again).
-RETRY_REASON = "retry"
 
 StatusPredicate = Callable[[InstanceStatus], bool]
 
@@ -434,10 +419,6 @@ def _epoch_ms(when: datetime) -> int:
     return int(when.timestamp() * 1000)
 
 
-def _request_id(given: str | None) -> str:
-    return given or uuid.uuid4().hex
-
-
 class WorkflowClient:
     """Starts and controls instances through commands; reads them from the status view.
 
@@ -527,163 +508,6 @@ class WorkflowClient:
         """Wait until every command sent with ``flush=False`` is written."""
         self.sink.flush(self.flush_timeout_s)
 
-    def start_command(
-        self,
-        workflow: str | Callable[..., Any],
-        input: Any = None,
-        *,
-        instance_id: str | None = None,
-        reuse_policy: IdReusePolicy = IdReusePolicy.ERROR_IF_RUNNING,
-        request_id: str | None = None,
-        start_at: datetime | None = None,
-        tags: dict[str, str] | None = None,
-        version: str = "",
-        concurrency_key: str = "",
-    ) -> StartWorkflow:
-        """The StartWorkflow command :meth:`start` would send."""
-        return StartWorkflow(
-            instance_id=instance_id or uuid.uuid4().hex,
-            name=self.registry.workflow_name(workflow),
-            input=None if input is None else to_payload(input),
-            version=version,
-            reuse_policy=IdReusePolicy(reuse_policy),
-            request_id=_request_id(request_id),
-            scheduled_start_ms=None if start_at is None else _epoch_ms(start_at),
-            tags=checked_tags(tags),
-            concurrency_key=_concurrency_key(concurrency_key),
-        )
-
-    def start(
-        self,
-        workflow: str | Callable[..., Any],
-        input: Any = None,
-        *,
-        flush: bool = True,
-        wait: bool = True,
-        **options: Any,
-    ) -> str:
-        """Start an instance; returns its id. ``options`` are those of :meth:`start_command`.
-
-        Waits for the processor's answer unless ``wait=False`` or ``flush=False`` (bulk
-        loads): a refused start raises, e.g. ``WorkflowAlreadyRunningError``."""
-        command = self.start_command(workflow, input, **options)
-        self.send(command, flush=flush, wait=wait and flush)
-        return command.instance_id
-
-    def start_many(
-        self, workflow: str | Callable[..., Any], inputs: Iterable[Any], **options: Any
-    ) -> list[str]:
-        """Start one instance per input with a single flush at the end (fast bulk starts)."""
-        if "instance_id" in options:
-            raise ValueError("start_many generates instance ids; do not pass instance_id")
-        ids = [self.start(workflow, value, flush=False, **options) for value in inputs]
-        self.flush()
-        return ids
-
-    def raise_event(
-        self,
-        instance_id: str,
-        name: str,
-        data: Any = None,
-        *,
-        request_id: str | None = None,
-        flush: bool = True,
-        wait: bool = True,
-    ) -> CommandOutcome | None:
-        """Deliver an external event. For an instance that has not started yet the event is
-        kept until it starts, at most ``pending_events_ttl_ms``, and a PARKED one keeps it
-        for its retry (the answer is BUFFERED); one that ended refuses it."""
-        payload = None if data is None else to_payload(data)
-        command = RaiseEvent(instance_id, name, payload, _request_id(request_id))
-        return self.send(command, flush=flush, wait=wait and flush)
-
-    def signal_with_start(
-        self,
-        workflow: str | Callable[..., Any],
-        instance_id: str,
-        event: str,
-        data: Any = None,
-        *,
-        input: Any = None,
-        version: str = "",
-        tags: dict[str, str] | None = None,
-        request_id: str | None = None,
-        wait: bool = True,
-        reuse_policy: IdReusePolicy = IdReusePolicy.IGNORE_IF_RUNNING,
-    ) -> CommandOutcome | None:
-        """Deliver ``event`` to the instance, starting it first (with ``input``) unless it
-        is RUNNING, SUSPENDED, PARKED or PENDING, atomically: the event cannot fall between
-        an end and a new start. ``reuse_policy`` judges an existing instance as for a
-        start (the default, IGNORE_IF_RUNNING, ignores the start half for a live one)."""
-        command = SignalWithStart(
-            instance_id=instance_id,
-            name=self.registry.workflow_name(workflow),
-            input=None if input is None else to_payload(input),
-            version=version,
-            request_id=_request_id(request_id),
-            tags=checked_tags(tags),
-            event_name=event,
-            event_input=None if data is None else to_payload(data),
-            reuse_policy=IdReusePolicy(reuse_policy),
-        )
-        return self.send(command, wait=wait)
-
-    def terminate(
-        self,
-        instance_id: str,
-        reason: str = "",
-        recursive: bool = False,
-        *,
-        request_id: str | None = None,
-        wait: bool = True,
-    ) -> CommandOutcome | None:
-        command = TerminateWorkflow(instance_id, reason, recursive, _request_id(request_id))
-        return self.send(command, wait=wait)
-
-    def suspend(
-        self,
-        instance_id: str,
-        reason: str = "",
-        *,
-        request_id: str | None = None,
-        wait: bool = True,
-    ) -> CommandOutcome | None:
-        command = SuspendWorkflow(instance_id, reason, _request_id(request_id))
-        return self.send(command, wait=wait)
-
-    def resume(
-        self,
-        instance_id: str,
-        reason: str = "",
-        *,
-        request_id: str | None = None,
-        wait: bool = True,
-    ) -> CommandOutcome | None:
-        command = ResumeWorkflow(instance_id, reason, _request_id(request_id))
-        return self.send(command, wait=wait)
-
-    def purge(
-        self, instance_id: str, *, request_id: str | None = None, wait: bool = True
-    ) -> CommandOutcome | None:
-        """Remove an ended instance's state and status (refused while it runs)."""
-        return self.send(PurgeWorkflow(instance_id, _request_id(request_id)), wait=wait)
-
-    def reset(
-        self,
-        instance_id: str,
-        to: int | ResetTarget,
-        reason: str = "",
-        *,
-        new_instance_id: str = "",
-        request_id: str | None = None,
-        wait: bool = True,
-    ) -> CommandOutcome | None:
-        """Start a new run from the current run's history up to ``to`` (a sequence
-        number, or ``ResetTarget.LAST_FAILURE`` / ``FIRST_TURN``); with
-        ``new_instance_id``, into that instance instead (a rerun)."""
-        command = reset_command(instance_id, to, reason, new_instance_id, _request_id(request_id))
-        return self.send(command, wait=wait)
-
     # --- reads ------------------------------------------------------------------------------
 
     def get(self, instance_id: str) -> InstanceStatus | None:
@@ -758,27 +582,3 @@ class WorkflowClient:
             else "wait longer (a larger timeout) or look at it with 'turnstile status'"
         )
         return f"instance {instance_id!r} did not {what} within {timeout}s ({seen}); {hint}"
-
-
-def reset_command(
-    instance_id: str, to: int | ResetTarget, reason: str, new_instance_id: str, request_id: str
-) -> ResetWorkflow:
-    """The ResetWorkflow record for a point given as a sequence number or a target."""
-    if isinstance(to, bool) or not isinstance(to, int | ResetTarget):
-        raise TypeError(f"reset point must be a sequence number (int) or a ResetTarget, not {to!r}")
-    if isinstance(to, ResetTarget):
-        target, sequence = to, 0
-    else:
-        if to < 0:
-            raise ValueError(f"reset point {to} is negative: sequence numbers start at 0")
-        target, sequence = ResetTarget.SEQUENCE, to
-    return ResetWorkflow(instance_id, target, sequence, reason, request_id, new_instance_id)
-
-
-def _concurrency_key(key: object) -> str:
-    """A start's ``concurrency_key``, checked where the caller can still fix it."""
-    if not isinstance(key, str):
-        raise TypeError(
-            f"concurrency_key must be a string (e.g. the account id), got {type(key).__name__}"
-        )
-    return key

@@ -13,7 +13,7 @@ live replica (:class:`engine.services.processor.liveness.Peers`) takes the silen
 in the group - a consumer joining under the same ``group.instance.id`` replaces the old member
 at once, fencing it at the coordinator - and leaves the group with it, so its partitions move
 to the survivors now. The survivors then fence its transactional id before restoring
-(:mod:`engine.adapters.kafka_fencing`), so whatever it left open is aborted at once.
+(:mod:`engine.adapters.kafka.fencing`), so whatever it left open is aborted at once.
 
 A replica that was only stalled (a paused process, a machine that stopped answering) and is
 evicted is fenced like a crashed one and can never commit again: when it wakes, its producer
@@ -33,14 +33,14 @@ from collections.abc import Sequence
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from engine.adapters.kafka_config import (
+from engine.adapters.kafka.config import (
     KafkaConfig,
     admin_config,
     consumer_config,
     group_membership,
     producer_config,
 )
-from engine.adapters.kafka_io import leave_group
+from engine.adapters.kafka.io import leave_group
 from engine.config.settings import Settings
 from engine.services.processor.liveness import Peers
 

@@ -2,7 +2,7 @@
 
 Left alone, librdkafka prints every log line it has straight to stderr (``%3|...|FAIL|...``
 hundreds of times a minute while a broker is down, and ``%4``/``%6`` lines even on healthy
-runs). Every client config from :mod:`engine.adapters.kafka_config` therefore carries:
+runs). Every client config from :mod:`engine.adapters.kafka.config` therefore carries:
 
 - ``logger``: the lines go to the Python logger ``engine.kafka.librdkafka``, which is silent
   unless :func:`show_librdkafka_logs` (the CLI's ``--verbose``) turns it on;

@@ -1,7 +1,7 @@
 """The activity worker's producer: idempotent, outside transactions, one report per record.
 
 The worker does not wrap its output in transactions: a task's offset is committed only after
-the broker acknowledged every record the task produced (see ``engine.services.worker``), so
+the broker acknowledged every record the task produced (see ``engine.services.worker.worker``), so
 what the worker needs from its producer is an answer per record - delivered, refused for
 good, or not delivered (try again) - and a producer that never duplicates or reorders on its
 own retries (``enable.idempotence``, ``acks=all``).
@@ -20,8 +20,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from engine.adapters.kafka_deadline import close_within
-from engine.adapters.kafka_io import (
+from engine.adapters.kafka.deadline import close_within
+from engine.adapters.kafka.io import (
     RecordRejectedError,
     is_fatal,
     kafka_error,

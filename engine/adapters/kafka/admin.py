@@ -19,8 +19,8 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
-from engine.adapters.kafka_config import admin_config
-from engine.adapters.kafka_logs import unreachable_message, watch_of
+from engine.adapters.kafka.config import admin_config
+from engine.adapters.kafka.logs import unreachable_message, watch_of
 from engine.config.settings import Settings
 from engine.config.topics import (
     ActualTopic,

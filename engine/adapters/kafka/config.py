@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from engine.adapters.kafka_logs import logging_config
+from engine.adapters.kafka.logs import logging_config
 from engine.core.errors import ConfigurationError
 from engine.core.keys import murmur2_partition
 
@@ -45,7 +45,7 @@ def bootstrap_servers_from_env(default: str | None = None) -> str:
 
 def _base(bootstrap_servers: str, client_id: str | None) -> KafkaConfig:
     """Every client's common settings: where, who, and librdkafka's logs and errors routed
-    through Python logging (:mod:`engine.adapters.kafka_logs`) instead of raw stderr."""
+    through Python logging (:mod:`engine.adapters.kafka.logs`) instead of raw stderr."""
     config: KafkaConfig = {"bootstrap.servers": bootstrap_servers}
     config.update(logging_config(bootstrap_servers))
     if client_id:
@@ -181,7 +181,7 @@ def group_membership(instance_id: str, *, static: bool = True) -> KafkaConfig:
     old place and its old partitions at once - no rebalance, no waiting out the dead
     member's ``session.timeout.ms``. The id must be unique in the group (replica ids and
     worker ids are). The price: a static member that closes does not leave the group, so a
-    clean stop must leave explicitly (:func:`engine.adapters.kafka_io.leave_group`), or its
+    clean stop must leave explicitly (:func:`engine.adapters.kafka.io.leave_group`), or its
     partitions would sit idle for the session timeout.
     """
     return {"group.instance.id": instance_id} if static else {}
