@@ -14,8 +14,8 @@ them alike, and reports per-round ratios and their median:
 - *after, fits*: this checkout with a cache that holds every instance in flight, the
   reference for "no throughput cliff when instances in flight exceed the cache".
 
-    .venv/bin/python benchmarks/cache_pressure.py --baseline REV --bootstrap-servers HOST:PORT \\
-        [--instances 4000] [--cache 2000] [--rounds 2]
+    .venv/bin/python benchmarks/cache_pressure.py --baseline REV [--instances 4000] \\
+        [--cache 2000] [--rounds 2] [--bootstrap-servers HOST:PORT]
 
 The ratio of in-flight instances to cache is what matters, not the absolute numbers:
 4,000 in flight over a 2,000 budget is the 20,000-over-10,000 case at a size that runs
@@ -37,7 +37,7 @@ from typing import Any
 
 import chain3
 import harness
-from common import REPO, git_commit, host_info, progress
+from common import REPO, git_commit, host_info, machine_line, progress
 
 from engine.client import Client
 
@@ -75,10 +75,10 @@ def export_baseline(revision: str, into: Path) -> Path:
     return into
 
 
-def _arm_in(checkout: Path, args: argparse.Namespace, cache: int) -> dict[str, Any]:
+def _arm_in(checkout: Path, args: argparse.Namespace, bootstrap: str, cache: int) -> dict[str, Any]:
     command = [
         sys.executable, str(checkout / "benchmarks" / Path(__file__).name), "--arm",
-        "--bootstrap-servers", args.bootstrap_servers, "--instances", str(args.instances),
+        "--bootstrap-servers", bootstrap, "--instances", str(args.instances),
         "--cache", str(cache), "--partitions", str(args.partitions),
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(checkout)}
@@ -100,14 +100,18 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
         checkouts = {"before": baseline, "after": REPO, "after, fits": REPO}
         caches = {"before": args.cache, "after": args.cache, "after, fits": 2 * args.instances}
         runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
-        for round_ in range(args.rounds):
-            for arm in ARMS:
-                result = _arm_in(checkouts[arm], args, caches[arm])
-                progress(f"round {round_} {arm}: {result}")
-                runs[arm].append(result)
+        with harness.kafka(args.bootstrap_servers) as broker:
+            for round_ in range(args.rounds):
+                for arm in ARMS:
+                    result = _arm_in(checkouts[arm], args, broker.bootstrap, caches[arm])
+                    progress(f"round {round_} {arm}: {result}")
+                    runs[arm].append(result)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    return {"runs": runs, "base_commit": runs["before"][0]["commit"], **_ratios(runs)}
+    base = subprocess.run(
+        ["git", "rev-parse", "--short", args.baseline], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    return {"runs": runs, "base_commit": base or args.baseline, **_ratios(runs)}
 
 
 def _ratios(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -134,10 +138,36 @@ def _ratios(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
+def add_row(result: dict[str, Any]) -> None:
+    """The run's row in ``benchmarks/results/cache-pressure.jsonl`` (and RESULTS.md)."""
+    import results_md
+
+    med, params = result["median"], result["params"]
+
+    def three(key: str) -> str:
+        return " / ".join(str(med[arm][key]) for arm in ARMS)
+
+    cells = [
+        str(result["host"]["date_utc"]).replace("T", " ").rstrip("Z"),
+        f"{result['base_commit']} -> {result['commit']}",
+        machine_line(result["host"]),
+        " / ".join(f"{x:.2f}" for x in os.getloadavg()),
+        f"instances={params['instances']}, cache={params['cache']}, "
+        f"partitions={params['partitions']}, rounds={params['rounds']}",
+        three("workflows_per_s"),
+        f"{result['after_over_before']['workflows_per_s']:.2f}x",
+        f"{result['over_cache_over_fits']['workflows_per_s']:.2f}",
+        f"{three('processor_cpu_ms_per_wf')} "
+        f"({result['after_over_before']['processor_cpu_ms_per_wf']:.2f}x before)",
+        three("misses_per_lookup"),
+    ]
+    results_md.append_record(results_md.make_record("cache-pressure", cells))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", default="main", help="the commit to compare against")
-    parser.add_argument("--bootstrap-servers", required=True)
+    parser.add_argument("--bootstrap-servers", help="use this broker instead of a private one")
     parser.add_argument("--instances", type=int, default=4000, help="in flight at once")
     parser.add_argument("--cache", type=int, default=2000, help="the cache budget")
     parser.add_argument("--partitions", type=int, default=8)
@@ -152,9 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"params": vars(args), "host": host_info(), "commit": git_commit(), **ab(args)}
     print(json.dumps({"benchmark": "cache-pressure", **result}))
     if not args.no_results_md:
-        import results_md
-
-        results_md.add_cache_pressure(result)
+        add_row(result)
     return 0
 
 

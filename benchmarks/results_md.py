@@ -104,6 +104,10 @@ COLUMNS: dict[str, list[str]] = {
         "date (UTC)", "commit", "SIGKILL the busiest leader s", "restart it s",
         "rolling restart, broker 1 / 2 / 3 s", "test wall time",
     ],
+    "cache-pressure": [
+        "date (UTC)", "commit (before -> after)", "machine", "load avg", "params", "wf/s: "
+        "before / after / fits", "after / before wf/s", "over the cache / fits wf/s", "processor "
+        "CPU ms/wf: before / after / fits", "misses per lookup: before / after / fits"],
     "scale": [
         "date (UTC)", "commit", "machine", "load avg", "variant", "partitions x replicas",
         "params", "wf/s", "ratio wf/s", "p50 ms", "ratio p50",
@@ -616,6 +620,10 @@ TARGETS: tuple[Target, ...] = (
     _scale("inline"),
     _scale("activities"),
     Target(
+        "cache-pressure", "2x the cache in flight", "wf/s >= 0.9x of when they fit", 0.9, False,
+        lambda r: True, _value("over the cache / fits wf/s"),
+        lambda r: r["values"]["over the cache / fits wf/s"] + "x of the wf/s when they fit"),
+    Target(
         "metrics-overhead", "metrics", "<= 5 % of the processor's CPU per workflow", 5.0, True,
         lambda r: "%" in r["values"].get("share of 0.33 ms", ""), _value("share of 0.33 ms"),
         lambda r: f"{r['values']['share of 0.33 ms']} (batch of {r['values']['batch']})",
@@ -646,10 +654,14 @@ def _run_cell(record: Record) -> str:
     return f"{(record['date'] or '')[:16]}{commit}"
 
 
+def _newest_of(
+    names: tuple[str, ...], qualifies: Callable[[Record], bool], folder: Path
+) -> Record | None:
+    return _newest(r for name in names for r in read_records(name, folder) if qualifies(r))
+
+
 def _target_row(target: Target, folder: Path) -> str:
-    names = target.benchmarks or (target.benchmark,)
-    rows = [r for name in names for r in read_records(name, folder) if target.qualifies(r)]
-    newest = _newest(rows)
+    newest = _newest_of(target.benchmarks or (target.benchmark,), target.qualifies, folder)
     if newest is None:
         return f"| {target.label} | {target.target} | not measured yet | | |"
     measured = target.measure(newest)
@@ -725,14 +737,8 @@ def _reading_row(reading: Reading, folder: Path) -> str:
 
 def _machines(folder: Path) -> list[str]:
     """The machines of the runs the summary shows."""
-    shown: list[Record | None] = []
-    for target in TARGETS:
-        names = target.benchmarks or (target.benchmark,)
-        rows = [r for name in names for r in read_records(name, folder) if target.qualifies(r)]
-        shown.append(_newest(rows))
-    for reading in READINGS:
-        rows = [r for r in read_records(reading.benchmark, folder) if reading.qualifies(r)]
-        shown.append(_newest(rows))
+    shown = [_newest_of(t.benchmarks or (t.benchmark,), t.qualifies, folder) for t in TARGETS]
+    shown += [_newest_of((r.benchmark,), r.qualifies, folder) for r in READINGS]
     return sorted({r["machine"] for r in shown if r is not None and r.get("machine")})
 
 
