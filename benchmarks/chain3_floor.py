@@ -38,7 +38,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -187,7 +187,11 @@ def measure(broker: harness.Broker, params: argparse.Namespace) -> list[dict[str
         for v in variants:
             v.port = free_port()
             v.eng = stack.enter_context(floor_engine(broker, params.partitions, v.port, v.kafka))
-            v.client = stack.enter_context(Client(settings=v.eng.settings, timeout=60))
+            # the client takes the variant's settings too: its produce and its status
+            # reads are segments of the floor
+            extra = dict(kv.split("=", 1) for kv in v.kafka)
+            settings = replace(v.eng.settings, extra_kafka={**v.eng.settings.extra_kafka, **extra})
+            v.client = stack.enter_context(Client(settings=settings, timeout=60))
         for v in variants:
             assert v.eng is not None and v.client is not None
             progress(f"chain3 floor [{v.label}]: warm-up {params.warmup} + 50")
@@ -233,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         "--ab",
         nargs="+",
         metavar="KEY=VALUE",
-        help="also measure a processor with these librdkafka settings, runs interleaved",
+        help="also measure a processor and client with these librdkafka settings, interleaved",
     )
     parser.add_argument("--no-results-md", action="store_true", help="do not touch RESULTS.md")
     args = parser.parse_args(argv)

@@ -28,93 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from common import machine_line
+from results_columns import COLUMNS
 
 HERE = Path(__file__).resolve().parent
 PATH = HERE / "RESULTS.md"
 RESULTS_DIR = HERE / "results"
 NOTES = "../docs/explanation/performance"
 
-#: The columns of each benchmark's rows, in table order. ``date (UTC)``/``date``,
-#: ``commit``, ``machine`` and the load column are the record's own fields.
-COLUMNS: dict[str, list[str]] = {
-    "chain3": [
-        "date (UTC)", "commit", "machine", "variant", "params", "wf/s", "act/s", "p50 ms",
-        "p90 ms", "p99 ms", "max ms", "CPU ms/wf (tp): processor / worker / broker / client",
-        "Restate wf/s, p50 ms", "ratio wf/s", "ratio p50",
-        "ratios to the other peers (wf/s, p50)", "targets",
-    ],
-    "chain3-floor": [
-        "date (UTC)", "commit", "machine", "params", "p50 ms", "mean ms", "client produce",
-        "fetch wake-up", "turn", "txn produce", "txn send_offsets", "txn commit",
-        "status read", "txns/instance",
-    ],
-    "fanout": [
-        "date (UTC)", "commit", "machine", "params", "wall s (median)", "activities/s",
-        "CPU s: processor / worker / broker / client",
-    ],
-    "fanout-turns": [
-        "date (UTC)", "commit", "machine", "params", "open activities: start / end",
-        "turns measured: start / end", "processor CPU ms per turn: start / end",
-        "start / end", "window wall s: start / end", "total wall s",
-    ],
-    "replay": [
-        "date (UTC)", "commit", "machine", "workload", "events", "executor only ev/s",
-        "decode only ev/s", "decode + executor ev/s",
-    ],
-    "replay_ab": [
-        "date (UTC)", "commit (before -> after)", "machine", "load avg 1/5/15", "rounds",
-        "workload", "events", "executor CPU ev/s before / after",
-        "decode CPU ev/s before / after",
-        "decode + executor CPU ev/s before / after (ratio)",
-        "decode + executor wall ev/s before / after",
-    ],
-    "restore": [
-        "date (UTC)", "commit", "machine", "params", "records", "restore s", "instances/s",
-        "records/s", "slowest partition s",
-    ],
-    "restore-replica": [
-        "date (UTC)", "commit", "machine", "load avg (1/5/15 min)", "params", "records",
-        "restore s", "instances/s", "CPU s: replica / broker / machine",
-        "RSS MiB: restored / full cache / after 2x budget", "cached", "KiB per cached instance",
-    ],
-    "metrics-overhead": [
-        "date", "commit", "batch", "partitions", "metrics µs/wf", "share of 0.33 ms",
-    ],
-    "observability-overhead": [
-        "date (UTC)", "commit", "machine", "rounds", "variant", "wf/s", "processor CPU ms/wf",
-        "throughput vs none", "CPU vs none",
-    ],
-    "idle": [
-        "date (UTC)", "commit", "machine", "consumers' fetch wait", "idle s", "broker",
-        "processor", "worker", "together", "client", "busy p50 ms", "wake-up ms",
-        "wake-up / p50",
-    ],
-    "activities": [
-        "date (UTC)", "commit", "machine", "variant", "act/s", "wall s", "CPU s", "transactions",
-    ],
-    "peers": [
-        "date (UTC)", "machine", "peer / variant", "wf/s", "act/s", "p50 ms", "p99 ms", "sizes",
-    ],
-    "restart": [
-        "date (UTC)", "commit", "machine", "static membership", "params",
-        "restart-to-first-turn s (median)", "max s", "process up s", "partitions restored s",
-        "clean-stop handover s",
-    ],
-    "failover": [
-        "date (UTC)", "commit", "machine", "case", "params", "resumed s: p50 / max",
-        "other replica's longest gap s (before: load alone)",
-    ],
-    "cluster-faults": [
-        "date (UTC)", "commit", "SIGKILL the busiest leader s", "restart it s",
-        "rolling restart, broker 1 / 2 / 3 s", "test wall time",
-    ],
-    "scale": [
-        "date (UTC)", "commit", "machine", "load avg", "variant", "partitions x replicas",
-        "params", "wf/s", "ratio wf/s", "p50 ms", "ratio p50",
-        "CPU ms/wf (tp): processors / worker / broker / client", "tx/s", "records in/tx",
-        "records out/tx", "ms/tx: step / produce / offsets / commit",
-    ],
-}  # fmt: skip
 
 #: Which column holds each of a record's own fields.
 FIELDS = {
@@ -633,6 +553,10 @@ TARGETS: tuple[Target, ...] = (
     _scale("inline"),
     _scale("activities"),
     Target(
+        "cache-pressure", "2x the cache in flight", "wf/s >= 0.9x of when they fit", 0.9, False,
+        lambda r: True, _value("over the cache / fits wf/s"),
+        lambda r: r["values"]["over the cache / fits wf/s"] + "x of the wf/s when they fit"),
+    Target(
         "metrics-overhead", "metrics", "<= 5 % of the processor's CPU per workflow", 5.0, True,
         lambda r: "%" in r["values"].get("share of 0.33 ms", ""), _value("share of 0.33 ms"),
         lambda r: f"{r['values']['share of 0.33 ms']} (batch of {r['values']['batch']})",
@@ -663,10 +587,14 @@ def _run_cell(record: Record) -> str:
     return f"{(record['date'] or '')[:16]}{commit}"
 
 
+def _newest_of(
+    names: tuple[str, ...], qualifies: Callable[[Record], bool], folder: Path
+) -> Record | None:
+    return _newest(r for name in names for r in read_records(name, folder) if qualifies(r))
+
+
 def _target_row(target: Target, folder: Path) -> str:
-    names = target.benchmarks or (target.benchmark,)
-    rows = [r for name in names for r in read_records(name, folder) if target.qualifies(r)]
-    newest = _newest(rows)
+    newest = _newest_of(target.benchmarks or (target.benchmark,), target.qualifies, folder)
     if newest is None:
         return f"| {target.label} | {target.target} | not measured yet | | |"
     measured = target.measure(newest)
@@ -747,14 +675,8 @@ def _reading_row(reading: Reading, folder: Path) -> str:
 
 def _machines(folder: Path) -> list[str]:
     """The machines of the runs the summary shows."""
-    shown: list[Record | None] = []
-    for target in TARGETS:
-        names = target.benchmarks or (target.benchmark,)
-        rows = [r for name in names for r in read_records(name, folder) if target.qualifies(r)]
-        shown.append(_newest(rows))
-    for reading in READINGS:
-        rows = [r for r in read_records(reading.benchmark, folder) if reading.qualifies(r)]
-        shown.append(_newest(rows))
+    shown = [_newest_of(t.benchmarks or (t.benchmark,), t.qualifies, folder) for t in TARGETS]
+    shown += [_newest_of((r.benchmark,), r.qualifies, folder) for r in READINGS]
     return sorted({r["machine"] for r in shown if r is not None and r.get("machine")})
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -103,20 +104,28 @@ def test_failed_attempts_warn_and_a_failed_instance_logs_one_error(text: _Lines)
     assert "order-7" in errors[0].getMessage() and "FAILED" in errors[0].getMessage()
 
 
+def _worker_warnings(text: _Lines) -> list[logging.LogRecord]:
+    return [
+        r
+        for r in text.records
+        if r.name == "engine.services.worker.worker" and r.levelno >= logging.WARNING
+    ]
+
+
 def test_a_timed_out_attempt_warns(text: _Lines) -> None:
     try:
         with TestEngine(registry) as env:
             env.start("slow_charge", instance_id="order-6")
             assert env.wait_for_completion("order-6").status is RuntimeStatus.FAILED
+            # The worker's warning about its own timeout may come after the workflow's
+            # failure (the processor's timer can pass first), and it may also log, at
+            # INFO, that the processor cancelled the attempt: wait for the warning.
+            deadline = time.monotonic() + 30
+            while not _worker_warnings(text) and time.monotonic() < deadline:
+                time.sleep(0.01)
     finally:
         hung.set()
-    # The worker may also log, at INFO, that the processor cancelled the attempt when the
-    # workflow's own timeout passed first: which of the two reaches it first is a race.
-    (warned,) = [
-        r
-        for r in text.records
-        if r.name == "engine.services.worker.worker" and r.levelno >= logging.WARNING
-    ]
+    (warned,) = _worker_warnings(text)
     assert warned.levelname == "WARNING"
     assert (getattr(warned, "instance_id", None), getattr(warned, "attempt", None)) == (
         "order-6",

@@ -42,6 +42,7 @@ from engine.core.payloads import Payload
 from engine.core.schedules import SCHEDULE_PREFIX
 from engine.runtime.jsonhistory import failure_to_json, payload_to_json
 from engine.services.processor import keys
+from engine.services.processor.history_rows import split_row
 from engine.services.processor.meta import decode_meta
 
 __all__ = [
@@ -160,13 +161,16 @@ class ProcessorTables:
     """The processor's instance rows and history rows, from changelog records or a database.
 
     Feed records in offset order; later values win and tombstones delete, as compaction and
-    restoring do. Only the hash of each history row is kept.
+    restoring do. Only the hash of each history event is kept, by sequence; a row holds the
+    events of one turn (or one event, in rows of older processors: ``history_rows``).
     """
 
     def __init__(self) -> None:
         self.metas: dict[str, InstanceRow] = {}
         self.rows: dict[str, dict[int, bytes]] = {}
         self.undecodable: dict[str, str] = {}
+        #: How many events the row at each (instance, first sequence) holds.
+        self._sizes: dict[tuple[str, int], int] = {}
 
     def apply(self, key: bytes, value: bytes | None) -> None:
         prefix = key[:1]
@@ -187,12 +191,15 @@ class ProcessorTables:
 
     def _row(self, instance_id: str, sequence: int, value: bytes | None) -> None:
         rows = self.rows.setdefault(instance_id, {})
-        if value is None:
-            rows.pop(sequence, None)
-            if not rows:
-                del self.rows[instance_id]
-        else:
-            rows[sequence] = bytes(value[-_HASH_SIZE:])
+        for seq in range(sequence, sequence + self._sizes.pop((instance_id, sequence), 1)):
+            rows.pop(seq, None)
+        if value is not None:
+            events = split_row(bytes(value))
+            for offset, data in enumerate(events):
+                rows[sequence + offset] = bytes(data[-_HASH_SIZE:])
+            self._sizes[instance_id, sequence] = len(events)
+        if not rows:
+            del self.rows[instance_id]
 
 
 # --- comparison ---------------------------------------------------------------------------

@@ -4,9 +4,10 @@ One RocksDB database per partition holds these tables, told apart by a one-byte 
 that one WriteBatch can change all of them atomically:
 
 - ``m``: instance metadata, ``m | instance``;
-- ``h``: history events of the current generation, ``h | instance | 0x00 | seq (8 bytes BE)``:
-  a turn appends keys instead of rewriting one growing value, and a prefix scan returns the
-  events in sequence order;
+- ``h``: history events of the current generation, one row per turn keyed by its first
+  event, ``h | instance | 0x00 | seq (8 bytes BE)`` (``history_rows``; rows of older
+  processors hold one event each): a turn appends a key instead of rewriting one growing
+  value, and a prefix scan returns the events in sequence order;
 - ``t``: durable timers, ``t | fire_at_ms (8 bytes BE) | instance | 0x00 | generation (4 BE)
   | task_id (4 BE, offset by 2**31 so that -1 sorts first)``: byte order is fire-time order,
   so the due timers are a prefix of the table;

@@ -33,7 +33,7 @@ from engine.core.history import (
     TurnStarted,
 )
 from engine.core.instance_row import InstanceRow, RunningChild
-from engine.core.limits import shorten_failure
+from engine.core.limits import RECORD_OVERHEAD, shorten_failure
 from engine.core.messages import (
     ActivityTask,
     CancelWorkflow,
@@ -58,6 +58,7 @@ from engine.services.processor import (
     spans,
 )
 from engine.services.processor.batch import Batch
+from engine.services.processor.history_rows import pack_rows
 from engine.services.processor.poison import BOUND_ERRORS, TINY, check_turn, fitting
 from engine.services.processor.publish import publish_record
 from engine.services.processor.state import Loaded
@@ -235,8 +236,10 @@ def seal_events(meta: InstanceRow, events: list[HistoryEvent]) -> list[tuple[His
 def write_events(
     b: Batch, item: Loaded, events: list[HistoryEvent], sealed: list[tuple[HistoryEvent, bytes]]
 ) -> None:
-    """Write sealed events; a generation that begins among them leaves the ones before it
-    out of the state table, and the row counts the current generation's bytes."""
+    """Write sealed events: each as its own record of the history topic, all of them as one
+    row of the state table (``history_rows``: one changelog record for the turn). A
+    generation that begins among them leaves the ones before it out of the state table,
+    and the instance row counts the current generation's bytes."""
     meta = item.meta
     topic = b.env.topics.history
     key = meta.instance_id.encode()
@@ -245,7 +248,6 @@ def write_events(
     for event, data in sealed:
         meta.last_hash = event.hash
         meta.next_sequence = event.sequence + 1
-        b.tables.put(keys.history_key(meta.instance_id, event.sequence), data)
         b.emit(topic, key, data, b.partition)
         b.counters.recorded(meta.name, meta.version, event.body)
         meta.history_bytes += len(data)
@@ -253,7 +255,16 @@ def write_events(
             _new_generation(b, meta, event, previous)
             meta.history_bytes = len(data) + (previous_size if _opens(previous) else 0)
         previous, previous_size = event, len(data)
+    _put_row(b, meta, sealed)
     spans.turn_recorded(b, item, events)
+
+
+def _put_row(b: Batch, meta: InstanceRow, sealed: list[tuple[HistoryEvent, bytes]]) -> None:
+    """The turn's events of the current generation as one row keyed by the first (or as
+    few rows as fit in a changelog record, for a turn that adds very many)."""
+    kept = [(e.sequence, data) for e, data in sealed if e.sequence >= meta.generation_start]
+    for first, row in pack_rows(kept, b.env.limits.record - RECORD_OVERHEAD):
+        b.tables.put(keys.history_key(meta.instance_id, first), row)
 
 
 def _opens(event: HistoryEvent | None) -> bool:

@@ -69,6 +69,8 @@ class PartitionProcessor:
         self.quarantine = Quarantine()
         self._accepts = accepted_kinds(env.topics)
         self._batch = self._open_batch()
+        #: The clock of the last :meth:`end_batch`: when its instances were last used.
+        self._ended_ms = 0
 
     def _open_batch(self) -> Batch:
         return Batch(self.partition, self.env, self.tables, self.cache, self.quarantine)
@@ -160,6 +162,7 @@ class PartitionProcessor:
         the batch back, :meth:`isolate` the error and do the batch again.
         """
         batch = self._writable_batch()
+        self._ended_ms = now_ms
         for instance_id, item in list(batch.touched.items()):
             if item.inbox or item.wake or item.requeue_checks or batch.is_quarantined(instance_id):
                 batch.origin = instance_id
@@ -192,7 +195,8 @@ class PartitionProcessor:
             self.statuses.move(batch.status_moves)
         self.quarantine.committed()
         for instance_id, item in batch.touched.items():
-            _settle(self.cache, instance_id, item)
+            _settle(self.cache, instance_id, item, self._ended_ms)
+        self.cache.trim(self._ended_ms)
         spans.committed(batch)
         self._finish(batch)
 
@@ -220,14 +224,16 @@ class PartitionProcessor:
         self.tables.store.close()
 
 
-def _settle(cache: InstanceCache, instance_id: str, item: Loaded) -> None:
-    """After a commit: a finished instance drops its execution; an id with no row and no
-    pending events leaves the cache."""
+def _settle(cache: InstanceCache, instance_id: str, item: Loaded, now_ms: int) -> None:
+    """After a commit: a finished instance drops its execution (so it is the first to
+    leave a full cache); an id with no row and no pending events leaves the cache."""
     meta = item.meta
     if meta.status is not None and meta.status.is_terminal:
         item.execution = None
     if not meta.exists and not meta.pending_events:
         cache.evict(instance_id)
+    else:
+        cache.keep(instance_id, item, now_ms)
 
 
 __all__ = ["Batch", "Counters", "Environment", "InstanceCache", "Loaded", "PartitionProcessor"]

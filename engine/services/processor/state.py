@@ -239,38 +239,104 @@ def partition_cache_capacity(budget: int, partitions: int) -> int:
     return max(1, budget // max(1, partitions))
 
 
-class InstanceCache:
-    """Hot instances kept in memory (LRU), so a turn does not replay history every time.
+#: A running instance with no turn for this long counts as idle: it leaves a full cache
+#: before the instances that are busy (one asleep on a timer of hours needs no hot copy).
+IDLE_AFTER_MS = 60_000
 
-    ``capacity`` bounds it: putting one more instance into a full cache evicts the least
-    recently used one (it is rebuilt from its rows when it is needed again).
+
+class InstanceCache:
+    """Hot instances kept in memory, so a turn does not replay history every time.
+
+    ``capacity`` bounds it each time a batch commits (:meth:`trim`); while a batch runs,
+    the instances it loads come on top. A full cache drops, in this order:
+
+    1. *cheap* entries, least recently used first: instances without a loaded execution
+       (an ended one drops its execution at commit; one loaded only to buffer an event or
+       refuse a command never had one). Rebuilding them is one row read, no replay;
+    2. *idle* running instances (no turn for ``idle_ms``), least recently used first;
+    3. *newcomers*: running instances loaded cold since the last trim, newest first;
+    4. the least recently used running instance (only when nothing else is left).
+
+    Plain LRU is the worst order for a workflow engine under pressure: once more
+    instances are in flight than fit, the one it evicts is exactly the one whose turn
+    comes next, so every turn replays. This order keeps ``capacity`` running instances
+    hot until they end or go idle, turns newcomers away instead of them (those replay as
+    they would have anyway), and never lets an ended instance push a running one out.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, idle_ms: int = IDLE_AFTER_MS) -> None:
         self.capacity = capacity
-        self._items: OrderedDict[str, Loaded] = OrderedDict()
+        self.idle_ms = idle_ms
+        self._items: dict[str, Loaded] = {}
+        #: Ids without a loaded execution, least recently used first.
+        self._cheap: OrderedDict[str, None] = OrderedDict()
+        #: Ids with a loaded execution -> when their last turn committed (ms), oldest first.
+        self._running: OrderedDict[str, int] = OrderedDict()
+        #: Ids put (loaded cold) since the last trim, in order.
+        self._fresh: list[str] = []
 
     def __len__(self) -> int:
         return len(self._items)
 
     def get(self, instance_id: str) -> Loaded | None:
-        item = self._items.get(instance_id)
-        if item is not None:
-            self._items.move_to_end(instance_id)
-        return item
+        """The hot instance, if cached (its rank changes when its batch commits: :meth:`keep`)."""
+        return self._items.get(instance_id)
 
     def put(self, instance_id: str, item: Loaded) -> None:
+        """Add an instance loaded cold; it counts as a newcomer until the next trim."""
         self._items[instance_id] = item
-        self._items.move_to_end(instance_id)
-        while len(self._items) > self.capacity:
-            self._items.popitem(last=False)
+        self._running.pop(instance_id, None)
+        self._cheap[instance_id] = None
+        self._cheap.move_to_end(instance_id)
+        self._fresh.append(instance_id)
+
+    def keep(self, instance_id: str, item: Loaded, now_ms: int) -> None:
+        """After a commit: the instance was used at ``now_ms``; rank it by what it holds."""
+        self._items[instance_id] = item
+        if item.execution is None:
+            self._running.pop(instance_id, None)
+            self._cheap[instance_id] = None
+            self._cheap.move_to_end(instance_id)
+        else:
+            self._cheap.pop(instance_id, None)
+            self._running[instance_id] = now_ms
+            self._running.move_to_end(instance_id)
 
     def evict(self, instance_id: str) -> None:
         self._items.pop(instance_id, None)
+        self._cheap.pop(instance_id, None)
+        self._running.pop(instance_id, None)
+
+    def trim(self, now_ms: int) -> None:
+        """Shrink to ``capacity`` in the order of the class docstring; forget newcomers."""
+        fresh, self._fresh = self._fresh, []
+        while len(self._items) > self.capacity and self._cheap:
+            self._drop(next(iter(self._cheap)))
+        idle_before = now_ms - self.idle_ms
+        while len(self._items) > self.capacity and self._running:
+            instance_id, used_ms = next(iter(self._running.items()))
+            if used_ms > idle_before:
+                break
+            self._drop(instance_id)
+        for instance_id in reversed(fresh):
+            if len(self._items) <= self.capacity:
+                return
+            if instance_id in self._running:
+                self._drop(instance_id)
+        while len(self._items) > self.capacity:
+            self._drop(next(iter(self._running)))
+
+    def _drop(self, instance_id: str) -> None:
+        del self._items[instance_id]
+        self._cheap.pop(instance_id, None)
+        self._running.pop(instance_id, None)
 
     def clear(self) -> None:
         """Forget every hot instance (they are rebuilt from their rows on next use)."""
         self._items.clear()
+        self._cheap.clear()
+        self._running.clear()
+        self._fresh.clear()
 
 
 @dataclass

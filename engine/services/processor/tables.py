@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from engine.core.instance_row import InstanceRow
 from engine.services.processor import keys
+from engine.services.processor.history_rows import split_row
 from engine.services.processor.meta import decode_meta, encode_meta
 from engine.services.processor.ports import PartitionStore
 
@@ -65,9 +66,11 @@ class Tables:
         return None if raw is None else decode_meta(raw)
 
     def history(self, instance_id: str, first_sequence: int) -> list[bytes]:
+        """The encoded events from ``first_sequence`` on (a generation starts at a row's
+        first event), unpacked from their rows (``history_rows``)."""
         start = keys.history_key(instance_id, first_sequence)
         end = keys.history_prefix(instance_id)[:-1] + b"\x01"
-        return [value for _, value in self.scan(start, end)]
+        return [event for _, value in self.scan(start, end) for event in split_row(value)]
 
     def due_timers(self, now_ms: int, limit: int = 1000) -> list[keys.TimerKey]:
         earliest = self.next_timer_ms()
@@ -109,6 +112,8 @@ class Tables:
         self.overlay[keys.meta_key(instance_id)] = None
 
     def delete_history(self, instance_id: str, first: int, end: int) -> None:
+        """Delete the rows of sequences ``first`` to ``end`` (a row is keyed by its first
+        event, and no row spans a generation's start, so this leaves no event behind)."""
         for seq in range(first, end):
             self.overlay[keys.history_key(instance_id, seq)] = None
 

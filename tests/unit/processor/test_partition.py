@@ -31,6 +31,7 @@ from engine.core.messages import (
 )
 from engine.core.payloads import from_payload, to_payload
 from engine.services.processor import keys
+from engine.services.processor.history_rows import split_row
 from engine.services.processor.memory_store import MemoryPartitionStore
 from engine.services.processor.partition import Environment, PartitionProcessor
 from engine.services.records import RawRecord
@@ -96,7 +97,8 @@ def statuses(env: TestEngine, instance_id: str | None = None) -> list[InstanceSt
 
 def history_rows(pp: PartitionProcessor, instance_id: str) -> list[HistoryEvent]:
     prefix = keys.history_prefix(instance_id)
-    return [decode_history(v) for _, v in pp.tables.scan(prefix, prefix + b"\xff")]
+    rows = pp.tables.scan(prefix, prefix + b"\xff")
+    return [decode_history(event) for _, v in rows for event in split_row(v)]
 
 
 def test_inline_steps_complete_in_one_turn_with_one_status_record(env: TestEngine) -> None:
