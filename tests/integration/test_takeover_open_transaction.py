@@ -256,9 +256,13 @@ def test_partitions_move_across_three_replicas_killed_with_open_transactions(
         cli = ["--bootstrap-servers", engine.bootstrap, "--namespace", engine.namespace, "--quiet"]
         assert main(["history", "verify", "--all", *cli]) == 0
         assert main(["audit", "state", *cli]) == 0
-        waits = sum(
-            p.current_log().count("waits for an open transaction") for p in procs_all(engine)
-        )
+        logs = "".join(p.current_log() for p in procs_all(engine))
+        for dead in ("processor-0", "processor-1"):
+            # its peers noticed the silence before the session timeout and evicted it, and
+            # the new owners of its partitions fenced what it had left open
+            assert f"replica {dead} silent for " in logs, logs[-5000:]
+            assert f"fenced {engine.namespace}.processor.{dead}" in logs, logs[-5000:]
+        waits = logs.count("waits for an open transaction")
         print(f"restores that waited for an open transaction: {waits}")
 
 
