@@ -20,7 +20,8 @@ from engine.core.payloads import (
     Payload,
     default_json_in_use,
     from_payload,
-    to_payload,
+    plain_payload,
+    seal,
 )
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
@@ -32,11 +33,21 @@ def encode(value: Any) -> Payload | None:
     """``to_payload(value)`` for workflow values; ``None`` stays ``None``."""
     if value is None:
         return None
+    if type(value) is Payload:
+        return value
+    payload = encode_plain(value)
+    return None if payload is None else seal(payload)
+
+
+def encode_plain(value: Any) -> Payload | None:
+    """``plain_payload(value)``: the JSON bytes without the codec chain."""
+    if value is None:
+        return None
     kind = type(value)
     if kind is Payload:
-        return value  # type: ignore[no-any-return]
+        return plain_payload(value)
     if kind is bytes or not default_json_in_use():
-        return to_payload(value)
+        return plain_payload(value)
     if kind is int:
         text = int.__repr__(value)
     elif kind is str:
@@ -45,7 +56,7 @@ def encode(value: Any) -> Payload | None:
         try:
             text = _ENCODER.encode(value)
         except (TypeError, ValueError):
-            return to_payload(value)  # raises the CodecError with its advice
+            return plain_payload(value)  # raises the CodecError with its advice
     return Payload(text.encode(), JSON)
 
 

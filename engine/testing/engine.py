@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any
 
 from engine.codec import decode_history, decode_message
+from engine.config.payloads import install_payload_codecs
 from engine.config.settings import Settings
 from engine.config.topics import TopicNames, full_name, logical_names, topic_names
 from engine.config.triggers import parse_triggers
@@ -152,6 +153,8 @@ class TestEngine(ScheduleMethods):
         tracing: TraceHook | None = None,
     ) -> None:
         base = settings or Settings()
+        if settings is not None:
+            install_payload_codecs(settings)
         self._tracing: TraceHook = tracing or NoTracing()
         self.registry = registry or default_registry
         self.namespace = namespace
