@@ -125,6 +125,7 @@ class Client(ScheduleMethods):
             flush_timeout_s=timeout,
             outcomes=self._start_outcome_reader,
             outcome_timeout_s=timeout,
+            limits=settings.limits,
         )
         if read_status:
             try:

@@ -209,7 +209,11 @@ class TestEngine(ScheduleMethods):
     def _clients(self, registry: Registry) -> tuple[WorkflowClient, Worker]:
         sink = _CommandSink(self._produce, self.topics.commands)
         client = WorkflowClient(
-            sink, self._view, registry=registry, outcomes=lambda: self._outcomes
+            sink,
+            self._view,
+            registry=registry,
+            outcomes=lambda: self._outcomes,
+            limits=self._env.limits,
         )
         worker = Worker(
             worker_registry(registry, self._replacements, self._held),

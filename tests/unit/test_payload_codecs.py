@@ -18,7 +18,7 @@ from engine import Registry, WorkflowContext
 from engine.codec.payload_codecs import AesGcmCodec, ZstdCodec
 from engine.config.payloads import install_payload_codecs, payload_keys
 from engine.config.settings import Settings, load_settings
-from engine.core.errors import ConfigurationError
+from engine.core.errors import ConfigurationError, PayloadTooLargeError
 from engine.core.history import ExecutionStarted, TaskCompleted, TaskScheduled
 from engine.core.payload_codecs import (
     PayloadCodecError,
@@ -240,3 +240,17 @@ def unseal_check(payload: Payload | None) -> str:
     assert payload is not None
     assert unseal(payload).encoding == JSON
     return payload.encoding
+
+
+def test_the_client_refuses_an_oversize_payload_before_sending_it() -> None:
+    small = Settings(max_workflow_input_bytes=1000, max_event_bytes=500)
+    with TestEngine(app, settings=small) as env:
+        sent = len(env.records(env.topics.commands))
+        with pytest.raises(PayloadTooLargeError, match="the workflow input is 1202 bytes"):
+            env.start("codecs.twice", "x" * 1200)
+        run = env.start("codecs.twice", "small")
+        with pytest.raises(PayloadTooLargeError, match="max_event_bytes"):
+            env.raise_event(run, "more", "y" * 600)
+        with pytest.raises(PayloadTooLargeError, match="the event payload"):
+            env.signal_with_start("codecs.twice", run, "more", "y" * 600)
+        assert len(env.records(env.topics.commands)) == sent + 1  # only the small start
