@@ -13,6 +13,7 @@ use, and a process without that key names it in the error.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
@@ -66,22 +67,24 @@ class ZstdCodec:
 
     def __init__(self, level: int = 3) -> None:
         self.level = level
-        self._compressor: Any = None
-        self._decompressor: Any = None
+        #: zstd contexts are not thread-safe, and workers run activities in threads: one
+        #: compressor and decompressor per thread, made on its first payload.
+        self._local = threading.local()
 
     def encode(self, data: bytes) -> bytes:
-        if self._compressor is None:
-            zstd = _zstd()
-            self._compressor = zstd.ZstdCompressor(level=self.level)
-        return bytes(self._compressor.compress(data))
+        compressor = getattr(self._local, "compressor", None)
+        if compressor is None:
+            compressor = self._local.compressor = _zstd().ZstdCompressor(level=self.level)
+        return bytes(compressor.compress(data))
 
     def decode(self, data: bytes) -> bytes:
         zstd = _zstd()
-        if self._decompressor is None:
-            self._decompressor = zstd.ZstdDecompressor()
+        decompressor = getattr(self._local, "decompressor", None)
+        if decompressor is None:
+            decompressor = self._local.decompressor = zstd.ZstdDecompressor()
         try:
             # the frame records the size (compress() writes it), so no limit is guessed here
-            return bytes(self._decompressor.decompress(data))
+            return bytes(decompressor.decompress(data))
         except zstd.ZstdError as exc:
             raise PayloadCodecError(f"payload is not valid zstd data: {exc}") from exc
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -254,3 +255,15 @@ def test_the_client_refuses_an_oversize_payload_before_sending_it() -> None:
         with pytest.raises(PayloadTooLargeError, match="the event payload"):
             env.signal_with_start("codecs.twice", run, "more", "y" * 600)
         assert len(env.records(env.topics.commands)) == sent + 1  # only the small start
+
+
+def test_the_codecs_are_safe_in_threads_as_workers_run_activities() -> None:
+    """zstd's contexts are not thread-safe; sharing one across threads corrupted payloads."""
+    _install(("zstd", "aes-gcm"))
+    values = [{"n": n, "text": f"value {n} " * (50 + n)} for n in range(400)]
+
+    def round_trip(value: dict[str, Any]) -> bool:
+        return bool(from_payload(to_payload(value)) == value)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(round_trip, values))
