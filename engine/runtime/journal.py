@@ -45,6 +45,7 @@ from engine.core.history import (
     TimerCancelled,
     TimerCreated,
 )
+from engine.core.payload_codecs import CHAIN_MARK
 from engine.core.payloads import Payload, same_payload
 from engine.runtime.actions import Action
 from engine.runtime.interrupt import DEFAULT_MAX_TURN_EVENTS, too_many_events
@@ -140,6 +141,8 @@ def _is_deprecated_marker(body: EventBody) -> bool:
 def _short(payload: Payload | None) -> str:
     if payload is None:
         return "None"
+    if CHAIN_MARK in payload.encoding:  # never the value: failure texts are not encrypted
+        return f"<{len(payload.data)} bytes {payload.encoding}>"
     data = payload.data if len(payload.data) <= 60 else payload.data[:57] + b"..."
     return data.decode("utf-8", "replace") if payload.encoding == "json" else repr(data)
 

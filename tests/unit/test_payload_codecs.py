@@ -267,3 +267,35 @@ def test_the_codecs_are_safe_in_threads_as_workers_run_activities() -> None:
 
     with ThreadPoolExecutor(8) as pool:
         assert all(pool.map(round_trip, values))
+
+
+DRIFT = {"value": "first secret"}
+
+
+@app.workflow(name="codecs.drifts")
+async def drifts(ctx: WorkflowContext, _: Any) -> int:
+    await ctx.call_activity(shout, DRIFT["value"])
+    await ctx.wait_for_event("go")
+    return 1
+
+
+def test_a_non_determinism_error_names_an_encrypted_input_without_its_value() -> None:
+    """Failure texts are stored in the clear: an encrypted value stays out of them."""
+    keyed = Settings(
+        cache_instances=1,
+        park_workflow_errors=False,
+        payload_codecs=("aes-gcm",),
+        payload_keys=f"k1:{KEY_1}",
+    )
+    DRIFT["value"] = "first secret"
+    with TestEngine(app, settings=keyed) as env:
+        run = env.start("codecs.drifts")
+        env.run()
+        env.start("codecs.drifts")  # takes the one cache place: the next turn of run replays
+        env.run()
+        DRIFT["value"] = "second secret"
+        env.raise_event(run, "go")
+        state = env.wait_for_completion(run)
+    assert state.failure is not None and state.failure.type == "NonDeterminismError"
+    assert "bytes json;codecs=aes-gcm" in state.failure.message
+    assert "secret" not in state.failure.message
