@@ -209,6 +209,14 @@ async def upper_and_child(ctx: WorkflowContext, text: str) -> dict[str, Any]:
     return {"shouted": shouted, "child": child}
 
 
+@workflow(name="t.upper_then_wait")
+async def upper_then_wait(ctx: WorkflowContext, text: str) -> dict[str, Any]:
+    """An activity, then an event: the event's turn replays the activity on a cold load."""
+    shouted = await ctx.call_activity(upper, text)
+    got = await ctx.wait_for_event("go")
+    return {"shouted": shouted, "got": got}
+
+
 @workflow(name="t.drain")
 async def drain(ctx: WorkflowContext, state: dict[str, Any]) -> dict[str, Any]:
     """Reads ``per`` events per generation, checking they come in the order sent, and

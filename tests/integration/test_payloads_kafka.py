@@ -8,7 +8,9 @@ import base64
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
@@ -17,7 +19,7 @@ from engine.config.settings import Settings
 from engine.core.history import ExecutionCompleted, ExecutionStarted, TaskCompleted, TaskScheduled
 from engine.core.payload_codecs import split_encoding
 from engine.core.payloads import Payload, from_payload
-from tests.engine_harness import REPO_ROOT, running_engine
+from tests.engine_harness import REPO_ROOT, EngineProcess, RunningEngine, running_engine
 
 pytestmark = pytest.mark.kafka
 
@@ -69,3 +71,45 @@ CARRYING = (ExecutionStarted, TaskScheduled, TaskCompleted, ExecutionCompleted)
 
 def _payload_of(body: object) -> Payload | None:
     return body.output if isinstance(body, TaskCompleted | ExecutionCompleted) else body.input  # type: ignore[attr-defined]
+
+
+def test_a_killed_processor_and_worker_come_back_with_a_new_key_and_lose_nothing(
+    kafka_bootstrap: str, chain_env: None
+) -> None:
+    """SIGKILL both mid-run, restart them with a rotated key set: every instance replays
+    its history (written with the old key) from a cold cache, takes its event (written
+    with the new one) and completes; one history then holds payloads of both keys."""
+    rotated = f"{KEYS},k2:{base64.b64encode(b'n' * 32).decode()}"
+    changes = {"payload_codecs": CHAIN, "payload_keys": KEYS}
+    with running_engine(kafka_bootstrap, in_process=False, settings_changes=changes) as engine:
+        runs = [engine.client.start("t.upper_then_wait", f"{SECRET}{n}") for n in range(20)]
+        (processor,) = engine.processors.values()
+        (worker,) = engine.workers.values()
+        assert isinstance(processor, EngineProcess) and isinstance(worker, EngineProcess)
+        _wait_for_a_result(engine, runs[0])  # work is under way: kill in the middle of it
+        processor.kill()
+        worker.kill()
+        for handle in (processor, worker):
+            handle.env["TURNSTILE_PAYLOAD_KEYS"] = rotated
+            handle.start()
+        install_payload_codecs(replace(engine.settings, payload_keys=rotated))
+        for n, run in enumerate(runs):
+            engine.client.raise_event(run, "go", f"event {n}")
+        states = [engine.client.wait_for_completion(run, timeout=180) for run in runs]
+        histories = engine.histories()
+    for n, state in enumerate(states):
+        assert state.output == {"shouted": f"{SECRET}{n}".upper(), "got": f"event {n}"}
+    keys_used = set()
+    for run in runs:
+        for event in histories[run]:
+            payload = _payload_of(event.body) if isinstance(event.body, CARRYING) else None
+            if payload is not None:
+                keys_used.add(bytes(payload.data[2:4]))  # the aes-gcm layout: 1, len, key id
+    assert keys_used == {b"k1", b"k2"}
+
+
+def _wait_for_a_result(engine: RunningEngine, run: str) -> None:
+    deadline = time.monotonic() + 120
+    while not any(isinstance(e.body, TaskCompleted) for e in engine.history(run)):
+        assert time.monotonic() < deadline, engine.logs()
+        time.sleep(0.2)
