@@ -20,7 +20,7 @@ from engine.codec.payload_codecs import AesGcmCodec, ZstdCodec
 from engine.config.payloads import install_payload_codecs, payload_keys
 from engine.config.settings import Settings, load_settings
 from engine.core.errors import ConfigurationError, PayloadTooLargeError
-from engine.core.history import ExecutionStarted, TaskCompleted, TaskScheduled
+from engine.core.history import ExecutionStarted, HistoryEvent, TaskCompleted, TaskScheduled
 from engine.core.payload_codecs import (
     PayloadCodecError,
     active_codecs,
@@ -38,7 +38,9 @@ from engine.core.payloads import (
     unseal,
 )
 from engine.runtime.fastjson import decode, encode
+from engine.runtime.jsonhistory import history_to_json
 from engine.testing import TestEngine
+from engine.ui.source import readable_event
 
 KEY_1 = base64.b64encode(b"1" * 32).decode()
 KEY_2 = base64.b64encode(b"2" * 32).decode()
@@ -299,3 +301,14 @@ def test_a_non_determinism_error_names_an_encrypted_input_without_its_value() ->
     assert state.failure is not None and state.failure.type == "NonDeterminismError"
     assert "bytes json;codecs=aes-gcm" in state.failure.message
     assert "secret" not in state.failure.message
+
+
+def test_the_dashboard_timeline_shows_values_where_the_keys_are() -> None:
+    _install(("zstd", "aes-gcm"))
+    body = ExecutionStarted(name="w", input=to_payload({"secret": 1}))
+    event = HistoryEvent("i", 1, 0, 0, body)
+    [shown] = history_to_json([readable_event(event)])
+    assert shown["body"]["input"] == {"json": {"secret": 1}}
+    _install((), f"k9:{KEY_2}")  # without the key the stored bytes are shown as they are
+    [stored] = history_to_json([readable_event(event)])
+    assert stored["body"]["input"]["encoding"] == "json;codecs=zstd,aes-gcm"
