@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import os
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,11 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine import Registry, WorkflowContext
+from engine.codec import decode_message, encode_message
 from engine.codec.payload_codecs import AesGcmCodec, ZstdCodec
 from engine.config.payloads import install_payload_codecs, payload_keys
 from engine.config.settings import Settings, load_settings
 from engine.core.errors import ConfigurationError, PayloadTooLargeError
 from engine.core.history import ExecutionStarted, HistoryEvent, TaskCompleted, TaskScheduled
+from engine.core.messages import ActivityResult, ActivityTask
 from engine.core.payload_codecs import (
     PayloadCodecError,
     active_codecs,
@@ -39,8 +42,10 @@ from engine.core.payloads import (
 )
 from engine.runtime.fastjson import decode, encode
 from engine.runtime.jsonhistory import history_to_json
+from engine.services.worker import Outbound, TaskRecord, Worker
 from engine.testing import TestEngine
 from engine.ui.source import readable_event
+from tests import process_activities
 
 KEY_1 = base64.b64encode(b"1" * 32).decode()
 KEY_2 = base64.b64encode(b"2" * 32).decode()
@@ -312,3 +317,23 @@ def test_the_dashboard_timeline_shows_values_where_the_keys_are() -> None:
     _install((), f"k9:{KEY_2}")  # without the key the stored bytes are shown as they are
     [stored] = history_to_json([readable_event(event)])
     assert stored["body"]["input"]["encoding"] == "json;codecs=zstd,aes-gcm"
+
+
+def test_a_result_made_in_a_spawned_activity_process_gets_the_workers_chain() -> None:
+    """A spawned child has none of the worker's settings: the worker seals what it returns."""
+    _install(("zstd", "aes-gcm"))
+    reg = Registry()
+    reg.add_activity(process_activities.quick, name="quick")
+    worker = Worker(reg, source_topic="t.activity-tasks", concurrency=1, executor="process")
+    worker.assigned([0])
+    task = ActivityTask("i", 0, 1, 1, "quick", to_payload(21))
+    worker.accept([TaskRecord(0, 0, b"i", encode_message(task), 0)])
+    out: list[Outbound] = []
+    deadline = time.monotonic() + 60
+    while not out and time.monotonic() < deadline:
+        out.extend(worker.collect(0.05))
+    worker.shutdown()
+    [result] = [decode_message(r.value) for r in out]
+    assert isinstance(result, ActivityResult) and result.output is not None
+    assert split_encoding(result.output.encoding)[1] == ("zstd", "aes-gcm")
+    assert from_payload(result.output)[0] == 42
