@@ -13,7 +13,7 @@ import base64
 import binascii
 from pathlib import Path
 
-from engine.codec.payload_codecs import AesGcmCodec, ZstdCodec
+from engine.codec.payload_codecs import AES_GCM, ZSTD, AesGcmCodec, ZstdCodec
 from engine.config.settings import Settings
 from engine.core.errors import ConfigurationError
 from engine.core.payload_codecs import PayloadCodecError, register_codec, use_codecs
@@ -23,11 +23,24 @@ def install_payload_codecs(settings: Settings) -> None:
     """Register the built-in codecs (with this process's keys) and make the setting's chain
     the one new payloads go through. Process-wide, like converters."""
     try:
-        register_codec(ZstdCodec())
-        register_codec(AesGcmCodec(payload_keys(settings)))
+        builtin: dict[str, ZstdCodec | AesGcmCodec] = {
+            ZSTD: ZstdCodec(),
+            AES_GCM: AesGcmCodec(payload_keys(settings)),
+        }
+        for codec in builtin.values():
+            register_codec(codec)
         use_codecs(settings.payload_codecs)
+        for name in settings.payload_codecs:
+            if name in builtin:  # a missing library or key stops the process here, not
+                _round_trip(builtin[name])  # in the middle of its first turn
     except PayloadCodecError as exc:
         raise ConfigurationError(f"payload codecs: {exc}") from exc
+
+
+def _round_trip(codec: ZstdCodec | AesGcmCodec) -> None:
+    probe = b"turnstile payload codec check"
+    if codec.decode(codec.encode(probe)) != probe:
+        raise PayloadCodecError(f"the {codec.name} payload codec does not give back its input")
 
 
 def payload_keys(settings: Settings) -> dict[str, bytes]:

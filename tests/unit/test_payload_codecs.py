@@ -337,3 +337,10 @@ def test_a_result_made_in_a_spawned_activity_process_gets_the_workers_chain() ->
     assert isinstance(result, ActivityResult) and result.output is not None
     assert split_encoding(result.output.encoding)[1] == ("zstd", "aes-gcm")
     assert from_payload(result.output)[0] == 42
+
+
+def test_a_chain_that_cannot_work_stops_the_process_at_start_up() -> None:
+    with pytest.raises(
+        ConfigurationError, match=r"payload codecs: the aes-gcm payload codec has no key"
+    ):
+        install_payload_codecs(Settings(payload_codecs=("aes-gcm",), payload_key_file=""))
