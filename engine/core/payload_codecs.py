@@ -41,8 +41,9 @@ class PayloadCodecError(CodecError):
 
 
 _REGISTERED: dict[str, PayloadCodec] = {}
-#: The chain new payloads go through (names, applied first to last); empty: none.
-_ACTIVE: list[tuple[str, ...]] = [()]
+#: The chain new payloads go through (names, applied first to last); empty: none. Read it
+#: (the runtime's fast path checks it per value); set it with :func:`use_codecs`.
+ACTIVE_CHAIN: list[tuple[str, ...]] = [()]
 
 
 def register_codec(codec: PayloadCodec) -> None:
@@ -72,19 +73,19 @@ def use_codecs(names: tuple[str, ...] | list[str]) -> None:
             raise PayloadCodecError(f"payload codec name {name!r} is not valid")
     if len(set(names)) != len(names):
         raise PayloadCodecError(f"payload codecs {list(names)} name one codec twice")
-    _ACTIVE[0] = tuple(names)
+    ACTIVE_CHAIN[0] = tuple(names)
 
 
 def active_codecs() -> tuple[str, ...]:
     """The chain new payloads go through in this process."""
-    return _ACTIVE[0]
+    return ACTIVE_CHAIN[0]
 
 
 def seal_bytes(data: bytes, encoding: str) -> tuple[bytes, str]:
     """Apply the active chain to converter output ``data`` of ``encoding``; returns the
     stored bytes and the encoding that records the chain. Already sealed values and an
     empty chain pass through unchanged."""
-    chain = _ACTIVE[0]
+    chain = ACTIVE_CHAIN[0]
     if not chain or CHAIN_MARK in encoding:
         return data, encoding
     for name in chain:

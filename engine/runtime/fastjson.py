@@ -15,6 +15,7 @@ from json.encoder import encode_basestring_ascii
 from json.scanner import make_scanner
 from typing import Any
 
+from engine.core.payload_codecs import ACTIVE_CHAIN
 from engine.core.payloads import (
     JSON,
     Payload,
@@ -22,6 +23,7 @@ from engine.core.payloads import (
     from_payload,
     plain_payload,
     seal,
+    to_payload,
 )
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
@@ -33,21 +35,11 @@ def encode(value: Any) -> Payload | None:
     """``to_payload(value)`` for workflow values; ``None`` stays ``None``."""
     if value is None:
         return None
-    if type(value) is Payload:
-        return value
-    payload = encode_plain(value)
-    return None if payload is None else seal(payload)
-
-
-def encode_plain(value: Any) -> Payload | None:
-    """``plain_payload(value)``: the JSON bytes without the codec chain."""
-    if value is None:
-        return None
     kind = type(value)
     if kind is Payload:
-        return plain_payload(value)
+        return value  # type: ignore[no-any-return]
     if kind is bytes or not default_json_in_use():
-        return plain_payload(value)
+        return to_payload(value)
     if kind is int:
         text = int.__repr__(value)
     elif kind is str:
@@ -56,8 +48,18 @@ def encode_plain(value: Any) -> Payload | None:
         try:
             text = _ENCODER.encode(value)
         except (TypeError, ValueError):
-            return plain_payload(value)  # raises the CodecError with its advice
-    return Payload(text.encode(), JSON)
+            return to_payload(value)  # raises the CodecError with its advice
+    payload = Payload(text.encode(), JSON)
+    return seal(payload) if ACTIVE_CHAIN[0] else payload
+
+
+def encode_plain(value: Any) -> Payload | None:
+    """``plain_payload(value)``: the JSON bytes without the codec chain."""
+    if value is None:
+        return None
+    if ACTIVE_CHAIN[0] or type(value) is Payload:
+        return plain_payload(value)  # the converter's bytes are exactly the fast path's
+    return encode(value)
 
 
 def decode(payload: Payload | None) -> Any:
