@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from engine.core.errors import CodecError
-from engine.core.payload_codecs import CHAIN_MARK, seal_bytes, unseal_bytes
+from engine.core.payload_codecs import ACTIVE_CHAIN, CHAIN_MARK, seal_bytes, unseal_bytes
 from engine.core.typed import to_jsonable
 
 JSON = "json"
@@ -122,7 +122,7 @@ def plain_payload(value: Any, encoding: str | None = None) -> Payload:
 def seal(payload: Payload) -> Payload:
     """``payload`` through the process's codec chain, the chain recorded in its encoding
     (a summary stays as it is: it holds the engine's own description, not user data)."""
-    if payload.encoding == SUMMARY:
+    if not ACTIVE_CHAIN[0] or payload.encoding == SUMMARY:
         return payload
     data, encoding = seal_bytes(payload.data, payload.encoding)
     return payload if encoding is payload.encoding else Payload(data, encoding)
