@@ -49,6 +49,8 @@ COLUMNS: dict[str, list[str]] = {
     "metrics-overhead": [
         "date", "commit", "batch", "partitions", "metrics µs/wf", "share of 0.33 ms",
     ],
+    "payload-codecs": ["date (UTC)", "commit", "machine", "rounds", "variant", "payload",
+                       "wf/s", "CPU ms/wf: processor / worker", "throughput vs none"],
     "observability-overhead": [
         "date (UTC)", "commit", "machine", "rounds", "variant", "wf/s", "processor CPU ms/wf",
         "throughput vs none", "CPU vs none",

@@ -574,6 +574,9 @@ TARGETS: tuple[Target, ...] = (
         _slowest_vs_none,
         lambda r: f"{r['values']['throughput vs none']}x, CPU {r['values']['CPU vs none']}x",
     ),
+    Target("payload-codecs", "zstd + aes-gcm, 10 KB", "throughput >= 0.90x without", 0.90,
+           False, _variant("zstd, aes-gcm"), _slowest_vs_none,
+           lambda r: f"{r['values']['wf/s']} wf/s, {r['values']['throughput vs none']}x"),
     Target(
         "activities", "task queue rate limit", "every 10 s within 10 % of the limit", 0.10,
         True, lambda r: _rate_spread(r) is not None, _rate_spread,

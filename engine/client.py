@@ -36,6 +36,7 @@ from engine.adapters.kafka.history import ProgressCallback
 from engine.adapters.schema_registry import connect_schema_registry
 from engine.adapters.status_scan import list_page_from_topic
 from engine.adapters.tracing import traced_start
+from engine.config.payloads import install_payload_codecs
 from engine.config.settings import Settings, load_settings
 from engine.config.topics import topic_names
 from engine.core.errors import WaitTimeoutError
@@ -110,6 +111,7 @@ class Client(CommandMethods, ScheduleMethods):
         if settings is None:
             settings = load_settings(bootstrap_servers=bootstrap_servers, namespace=namespace)
         self.settings = settings
+        install_payload_codecs(settings)
         self.topics = topic_names(settings.namespace)
         connect_schema_registry(settings)  # status and outcomes may be registry-framed
         self._sink = KafkaCommandSink(
@@ -131,6 +133,7 @@ class Client(CommandMethods, ScheduleMethods):
             flush_timeout_s=timeout,
             outcomes=self._start_outcome_reader,
             outcome_timeout_s=timeout,
+            limits=settings.limits,
         )
         if read_status:
             try:

@@ -196,6 +196,27 @@ async def child_and_activity(ctx: WorkflowContext, x: int) -> dict[str, Any]:
     return {"total": total, "child": child}
 
 
+@activity(name="t.upper")
+def upper(text: str) -> str:
+    return text.upper()
+
+
+@workflow(name="t.upper_and_child")
+async def upper_and_child(ctx: WorkflowContext, text: str) -> dict[str, Any]:
+    """A value through an activity and a child, both ways (the payload codec tests)."""
+    shouted = await ctx.call_activity(upper, text)
+    child = await ctx.call_child_workflow(echo, text)
+    return {"shouted": shouted, "child": child}
+
+
+@workflow(name="t.upper_then_wait")
+async def upper_then_wait(ctx: WorkflowContext, text: str) -> dict[str, Any]:
+    """An activity, then an event: the event's turn replays the activity on a cold load."""
+    shouted = await ctx.call_activity(upper, text)
+    got = await ctx.wait_for_event("go")
+    return {"shouted": shouted, "got": got}
+
+
 @workflow(name="t.drain")
 async def drain(ctx: WorkflowContext, state: dict[str, Any]) -> dict[str, Any]:
     """Reads ``per`` events per generation, checking they come in the order sent, and

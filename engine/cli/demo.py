@@ -25,6 +25,7 @@ from typing import Any
 from engine.adapters.kafka.config import BOOTSTRAP_ENV
 from engine.cli import SubParsers
 from engine.cli.options import add_metrics_arguments
+from engine.config.payloads import install_payload_codecs
 from engine.config.settings import Settings, load_settings
 from engine.dev.local_kafka import LocalKafka
 
@@ -123,6 +124,7 @@ def _run(args: argparse.Namespace) -> int:
         settings = load_settings(
             bootstrap_servers=bootstrap, namespace="demo", partitions=8, state_dir=state
         )
+        install_payload_codecs(settings)  # before the in-process engine makes a payload
         ensure_reachable(settings, settings.connect_timeout_s)
         _say(f"Kafka at {bootstrap}; creating the demo topics (namespace 'demo')")
         apply(load_spec(), settings)

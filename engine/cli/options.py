@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.cli import SubParsers
 from engine.cli.log_format import LOG_FORMATS, formatter
+from engine.config.payloads import install_payload_codecs
 from engine.config.settings import Settings, load_settings, parse_kafka_pair
 from engine.core.errors import ConfigurationError
 
@@ -94,7 +95,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:
     """The settings for this invocation (flags win over environment and config file)."""
     timeout = getattr(args, "connect_timeout", None)
-    return load_settings(
+    settings = load_settings(
         getattr(args, "config", None),
         kafka=dict(getattr(args, "kafka", None) or ()),
         bootstrap_servers=getattr(args, "bootstrap_servers", None),
@@ -102,6 +103,8 @@ def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:
         connect_timeout_ms=None if timeout is None else max(1, round(timeout * 1000)),
         **overrides,
     )
+    install_payload_codecs(settings)  # every command writes or reads payloads the same way
+    return settings
 
 
 def connected_settings(

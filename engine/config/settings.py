@@ -131,6 +131,15 @@ class Settings:
     #: (needs no registry) or ``confluent`` (magic byte, schema id, Avro; the schemas are
     #: registered under ``<topic>-value``), for tools that read the registry's format.
     wire_format: str = "single-object"
+    #: The codec chain new payloads go through, first to last (``zstd``, ``aes-gcm`` or a
+    #: registered codec's name); ``[payloads] codecs`` in the config file. Empty: none.
+    payload_codecs: tuple[str, ...] = ()
+    #: A file of AES-GCM keys, ``KEY_ID:BASE64`` one per line, oldest first (the last one
+    #: encrypts); ``[payloads] key_file``.
+    payload_key_file: str = ""
+    #: More keys in the same form, comma-separated, after the file's (usually given as
+    #: ``TURNSTILE_PAYLOAD_KEYS``); never shown in the settings' repr.
+    payload_keys: str = field(default="", repr=False)
 
     @property
     def limits(self) -> Limits:
@@ -228,6 +237,9 @@ def _from_toml(path: Path) -> dict[str, Any]:
         values["extra_kafka"] = {**data["kafka"], **values.get("extra_kafka", {})}
     if "turnstile" in data and "triggers" in data:
         values.setdefault("triggers", data["triggers"])
+    payloads = data.get("payloads", values.pop("payloads", None))
+    if payloads is not None:
+        values.update(_payloads_table(path, payloads))
     publish = data.get("publish", values.pop("publish", None))
     if publish is not None:
         values["publish_topics"] = _publish_table(path, publish)
@@ -241,6 +253,19 @@ def _publish_table(path: Path, table: Any) -> Any:
             f'config file {path}: [publish] takes one key, topics = ["TOPIC", ...]'
         )
     return table.get("topics", [])
+
+
+_PAYLOADS_KEYS = ("codecs", "key_file", "keys")
+
+
+def _payloads_table(path: Path, table: Any) -> dict[str, Any]:
+    """``[payloads]``: ``codecs``, ``key_file`` and ``keys`` (the ``payload_*`` settings)."""
+    if not isinstance(table, dict) or set(table) - set(_PAYLOADS_KEYS):
+        raise ConfigurationError(
+            f"config file {path}: [payloads] takes the keys {', '.join(_PAYLOADS_KEYS)}, "
+            f'for example codecs = ["zstd", "aes-gcm"] and key_file = "keys.txt"'
+        )
+    return {f"payload_{key}": value for key, value in table.items()}
 
 
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
@@ -428,10 +453,24 @@ def _validate(settings: Settings) -> None:
             f"events in its row, which is one record; lower it or raise max_record_bytes"
         )
     settings.history_limits  # noqa: B018 - and when a warning size is above its maximum
+    _check_payload_codecs(settings)
     if settings.wire_format == CONFLUENT_WIRE_FORMAT and not settings.schema_registry_url:
         raise ConfigurationError(
             "wire_format = confluent needs a Schema Registry: set schema_registry_url "
             "(in the config file or TURNSTILE_SCHEMA_REGISTRY_URL), or use single-object"
+        )
+
+
+def _check_payload_codecs(settings: Settings) -> None:
+    codecs = settings.payload_codecs
+    if len(set(codecs)) != len(codecs):
+        raise ConfigurationError(
+            f"payload_codecs={list(codecs)} names a codec twice; name each once"
+        )
+    if "aes-gcm" in codecs and not (settings.payload_key_file or settings.payload_keys):
+        raise ConfigurationError(
+            "payload_codecs has aes-gcm but no key: set payload_key_file ([payloads] "
+            "key_file) or TURNSTILE_PAYLOAD_KEYS to KEY_ID:BASE64 (docs/how-to/payloads.md)"
         )
 
 

@@ -36,7 +36,7 @@ from engine.core.history import (
     TaskCompleted,
     TaskScheduled,
 )
-from engine.core.messages import InstanceStatus
+from engine.core.messages import InstanceStatus, Message, RaiseEvent, SignalWithStart, StartWorkflow
 from engine.core.payloads import SUMMARY, Payload
 
 KIB = 1024
@@ -87,6 +87,13 @@ class Limits:
         if rule is not None:
             kind, attr, what = rule
             self.check(kind, what, getattr(body, attr))
+
+    def check_command(self, command: Message) -> None:
+        """Check the values a client's command carries, before it is sent: the processor
+        would fail the instance for them, and one over the record limit would not even
+        reach it (the broker refuses the record)."""
+        for kind, attr, what in _COMMAND_RULES.get(type(command), ()):
+            self.check(kind, what, getattr(command, attr))
 
     def first_oversized(self, events: Iterable[HistoryEvent]) -> PayloadTooLargeError | None:
         """The first event of a turn whose value is over its limit, as the error to fail
@@ -162,6 +169,16 @@ _EVENT_RULES: dict[type, tuple[str, str, str]] = {
     EventSent: ("event", "input", "the event payload"),
     CustomStatusSet: ("custom_status", "status", "the custom status"),
     RecordPublished: ("event", "value", "the published value"),
+}
+
+
+_COMMAND_RULES: dict[type, tuple[tuple[str, str, str], ...]] = {
+    StartWorkflow: (("workflow_input", "input", "the workflow input"),),
+    RaiseEvent: (("event", "input", "the event payload"),),
+    SignalWithStart: (
+        ("workflow_input", "input", "the workflow input"),
+        ("event", "event_input", "the event payload"),
+    ),
 }
 
 

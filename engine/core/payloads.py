@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from engine.core.errors import CodecError
+from engine.core.payload_codecs import ACTIVE_CHAIN, CHAIN_MARK, seal_bytes, unseal_bytes
 from engine.core.typed import to_jsonable
 
 JSON = "json"
@@ -101,18 +102,60 @@ def default_json_in_use() -> bool:
 
 
 def to_payload(value: Any, encoding: str | None = None) -> Payload:
-    """Encode a Python value; bytes default to the binary encoding, everything else to JSON."""
+    """Encode a Python value; bytes default to the binary encoding, everything else to JSON.
+    The result went through the process's codec chain (:func:`seal`)."""
     if isinstance(value, Payload):
         return value
+    return seal(plain_payload(value, encoding))
+
+
+def plain_payload(value: Any, encoding: str | None = None) -> Payload:
+    """The converter's bytes of ``value``, without the codec chain (for values that leave
+    the engine as they are, such as records published to the user's topics)."""
+    if isinstance(value, Payload):
+        return unseal(value)
     if encoding is None:
         encoding = RAW if isinstance(value, bytes) else JSON
     return Payload(_converter(encoding).to_bytes(value), encoding)
 
 
+def seal(payload: Payload) -> Payload:
+    """``payload`` through the process's codec chain, the chain recorded in its encoding
+    (a summary stays as it is: it holds the engine's own description, not user data)."""
+    if not ACTIVE_CHAIN[0] or payload.encoding == SUMMARY:
+        return payload
+    data, encoding = seal_bytes(payload.data, payload.encoding)
+    return payload if encoding is payload.encoding else Payload(data, encoding)
+
+
+def unseal(payload: Payload) -> Payload:
+    """``payload`` with the codec chain its encoding records undone (the converter's bytes)."""
+    if CHAIN_MARK not in payload.encoding:
+        return payload
+    data, encoding = unseal_bytes(payload.data, payload.encoding)
+    return Payload(data, encoding)
+
+
+def same_payload(a: Payload | None, b: Payload | None) -> bool:
+    """Whether two payloads hold the same value: equal as stored, or equal once their codec
+    chains are undone (encryption gives new bytes every time, so replay compares this way)."""
+    if a is None or b is None:
+        return a is b
+    if a.data == b.data and a.encoding == b.encoding:
+        return True
+    if CHAIN_MARK not in a.encoding and CHAIN_MARK not in b.encoding:
+        return False
+    plain_a, plain_b = unseal(a), unseal(b)
+    return plain_a.data == plain_b.data and plain_a.encoding == plain_b.encoding
+
+
 def from_payload(payload: Payload | None) -> Any:
-    """Decode a payload back into a Python value (``None`` stays ``None``)."""
+    """Decode a payload back into a Python value (``None`` stays ``None``), undoing the
+    codec chain its encoding records first."""
     if payload is None:
         return None
+    if CHAIN_MARK in payload.encoding:
+        payload = unseal(payload)
     return _converter(payload.encoding).from_bytes(payload.data)
 
 

@@ -15,11 +15,14 @@ from json.encoder import encode_basestring_ascii
 from json.scanner import make_scanner
 from typing import Any
 
+from engine.core.payload_codecs import ACTIVE_CHAIN
 from engine.core.payloads import (
     JSON,
     Payload,
     default_json_in_use,
     from_payload,
+    plain_payload,
+    seal,
     to_payload,
 )
 
@@ -46,7 +49,17 @@ def encode(value: Any) -> Payload | None:
             text = _ENCODER.encode(value)
         except (TypeError, ValueError):
             return to_payload(value)  # raises the CodecError with its advice
-    return Payload(text.encode(), JSON)
+    payload = Payload(text.encode(), JSON)
+    return seal(payload) if ACTIVE_CHAIN[0] else payload
+
+
+def encode_plain(value: Any) -> Payload | None:
+    """``plain_payload(value)``: the JSON bytes without the codec chain."""
+    if value is None:
+        return None
+    if ACTIVE_CHAIN[0] or type(value) is Payload:
+        return plain_payload(value)  # the converter's bytes are exactly the fast path's
+    return encode(value)
 
 
 def decode(payload: Payload | None) -> Any:

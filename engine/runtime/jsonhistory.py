@@ -17,7 +17,7 @@ from typing import Any
 from engine.core.errors import CodecError
 from engine.core.failure import FailureDetails
 from engine.core.history import EVENT_TYPES, OMIT_EMPTY, EventBody, HistoryEvent, RuntimeStatus
-from engine.core.payloads import JSON, Payload, to_payload
+from engine.core.payloads import JSON, Payload, plain_payload
 
 _BY_KIND: dict[str, type[EventBody]] = {cls.KIND: cls for cls in EVENT_TYPES}
 
@@ -28,7 +28,7 @@ def payload_to_json(payload: Payload | None) -> Any:
     if payload.encoding == JSON:
         try:
             value = json.loads(payload.data)
-            if to_payload(value, JSON).data == payload.data:
+            if plain_payload(value, JSON).data == payload.data:
                 return {"json": value}
         except (ValueError, CodecError):
             pass
@@ -39,7 +39,7 @@ def payload_from_json(data: Any) -> Payload | None:
     if data is None:
         return None
     if "json" in data:
-        return to_payload(data["json"], JSON)
+        return plain_payload(data["json"], JSON)
     return Payload(base64.b64decode(data["base64"]), data["encoding"])
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from engine.core.errors import CodecError, PublishError
 from engine.core.history import RecordPublished
 from engine.core.payloads import RAW, Payload
-from engine.runtime.fastjson import encode
+from engine.runtime.fastjson import encode_plain
 
 
 def publish_request(
@@ -56,7 +56,7 @@ def _value(value: Any, avro_schema: object) -> Payload:
             )
         return Payload(bytes(value), RAW)
     try:
-        payload = encode(value)
+        payload = encode_plain(value)
     except (CodecError, TypeError, ValueError) as exc:
         raise PublishError(f"ctx.publish: the value cannot be written as JSON: {exc}") from exc
     return Payload(b"null") if payload is None else payload

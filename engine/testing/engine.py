@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any
 
 from engine.codec import decode_history, decode_message
+from engine.config.payloads import install_payload_codecs
 from engine.config.settings import Settings
 from engine.config.topics import TopicNames, full_name, logical_names, topic_names
 from engine.config.triggers import parse_triggers
@@ -154,6 +155,8 @@ class TestEngine(CommandMethods, ScheduleMethods):
         tracing: TraceHook | None = None,
     ) -> None:
         base = settings or Settings()
+        if settings is not None:
+            install_payload_codecs(settings)
         self._tracing: TraceHook = tracing or NoTracing()
         self.registry = registry or default_registry
         self.namespace = namespace
@@ -208,7 +211,11 @@ class TestEngine(CommandMethods, ScheduleMethods):
     def _clients(self, registry: Registry) -> tuple[WorkflowClient, Worker]:
         sink = _CommandSink(self._produce, self.topics.commands)
         client = WorkflowClient(
-            sink, self._view, registry=registry, outcomes=lambda: self._outcomes
+            sink,
+            self._view,
+            registry=registry,
+            outcomes=lambda: self._outcomes,
+            limits=self._env.limits,
         )
         worker = Worker(
             worker_registry(registry, self._replacements, self._held),

@@ -5,6 +5,7 @@ stable offset), so a busy partition never holds a page up."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -18,8 +19,10 @@ from engine.codec import decode_message
 from engine.config.settings import Settings
 from engine.config.topics import topic_names
 from engine.core.errors import CodecError, ConfigurationError, InstanceNotFoundError
-from engine.core.history import RuntimeStatus
+from engine.core.history import HistoryEvent, RuntimeStatus
 from engine.core.messages import CommandOutcome, DeadLetter, InstanceStatus
+from engine.core.payload_codecs import CHAIN_MARK
+from engine.core.payloads import Payload, unseal
 from engine.runtime.jsonhistory import history_to_json
 from engine.services.dead_letters import FirstPerSource
 from engine.ui.views import filter_from_query, pending_work, select
@@ -132,7 +135,7 @@ class DashboardSource:
             )
         events = read_instance_history(self.settings, instance_id)
         out = state.to_dict()
-        out["timeline"] = history_to_json(events)
+        out["timeline"] = history_to_json(readable_event(e) for e in events)
         out.update(pending_work(events))
         return out
 
@@ -274,3 +277,19 @@ def _dead_letter(partition: int, offset: int, value: bytes | None) -> dict[str, 
         "timestamp_ms": message.timestamp_ms,
         "size": len(message.value or b""),
     }
+
+
+def readable_event(event: HistoryEvent) -> HistoryEvent:
+    """``event`` with its payloads' codec chains undone where this process has the keys, so
+    the timeline shows values, not ciphertext (a payload it cannot undo stays as stored)."""
+    changes: dict[str, Payload] = {}
+    for field in dataclasses.fields(event.body):
+        value = getattr(event.body, field.name)
+        if isinstance(value, Payload) and CHAIN_MARK in value.encoding:
+            try:
+                changes[field.name] = unseal(value)
+            except CodecError:
+                continue
+    if not changes:
+        return event
+    return dataclasses.replace(event, body=dataclasses.replace(event.body, **changes))

@@ -23,6 +23,8 @@ from engine_harness import running_engine as _running_engine
 
 from engine.core.history import ExecutionCompleted, ExecutionStarted, RuntimeStatus
 from engine.core.limits import SUMMARY_ENCODING
+from engine.core.messages import StartWorkflow
+from engine.core.payloads import to_payload
 
 pytestmark = pytest.mark.kafka
 
@@ -78,6 +80,13 @@ def _failed(engine: RunningEngine, instance_id: str) -> str:
     return f"{state.failure.type}: {state.failure.message}"
 
 
+def _start_unchecked(engine: RunningEngine, name: str, value: str, instance_id: str) -> str:
+    """A start the client would refuse (its input is over the limit) written as any
+    producer could, so the processor has to fail the instance alone."""
+    engine.send_command(StartWorkflow(instance_id=instance_id, name=name, input=to_payload(value)))
+    return instance_id
+
+
 def _replicas_alive(engine: RunningEngine) -> None:
     for handle in engine.processors.values():
         assert isinstance(handle, EngineProcess)
@@ -88,7 +97,7 @@ def test_poisoned_workflows_fail_alone(engine: RunningEngine) -> None:
     client = engine.client
     normal = _healthy_round(engine, 0)
     poisoned = {
-        "big-input": client.start("poison.echo", "i" * 600_000, instance_id="big-input"),
+        "big-input": _start_unchecked(engine, "poison.echo", "i" * 600_000, "big-input"),
         "big-output": client.start("poison.big_output", 8_000_000, instance_id="big-output"),
         "spin": client.start("poison.spin", instance_id="spin"),
         "endless-inline": client.start("poison.endless_inline", instance_id="endless-inline"),

@@ -14,9 +14,10 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from engine.core.errors import CodecError
 from engine.core.failure import FailureDetails
 from engine.core.history import EventBody, HistoryEvent, RuntimeStatus, TurnStarted
-from engine.core.payloads import Payload
+from engine.core.payloads import Payload, unseal
 from engine.runtime.jsonhistory import history_to_json, payload_to_json
 from engine.services.audit.state import InstanceFold
 
@@ -44,7 +45,10 @@ def format_time(epoch_ms: int) -> str:
 
 
 def _payload_text(payload: Payload) -> str:
-    shown = payload_to_json(payload)
+    try:
+        shown = payload_to_json(unseal(payload))  # the value, when this process has the keys
+    except CodecError as exc:
+        return f"<{len(payload.data)} bytes {payload.encoding}: {exc}>"
     if "json" in shown:
         return json.dumps(shown["json"], separators=(",", ":"), ensure_ascii=False)
     return f"<{len(payload.data)} bytes {payload.encoding}>"

@@ -29,6 +29,7 @@ from engine.codec import decode_message, encode_message
 from engine.core.errors import CodecError, WaitTimeoutError
 from engine.core.failure import FailureDetails
 from engine.core.history import RuntimeStatus
+from engine.core.limits import Limits
 from engine.core.messages import (
     CommandOutcome,
     InstanceStatus,
@@ -437,8 +438,11 @@ class WorkflowClient:
         flush_timeout_s: float = 30.0,
         outcomes: Callable[[], OutcomeWaiters] | None = None,
         outcome_timeout_s: float = 30.0,
+        limits: Limits | None = None,
     ) -> None:
         self.sink = sink
+        #: Checked before a command is sent (the settings' size limits); None: not checked.
+        self.limits = limits
         self.view = view
         self.registry = registry or default_registry
         self.ready_timeout_s = ready_timeout_s
@@ -500,6 +504,8 @@ class WorkflowClient:
         return outcome
 
     def _write(self, command: Message, flush: bool) -> None:
+        if self.limits is not None:
+            self.limits.check_command(command)  # PayloadTooLargeError before anything is sent
         self.sink.send(command.instance_id.encode("utf-8"), encode_message(command))
         if flush:
             self.flush()

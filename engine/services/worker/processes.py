@@ -27,7 +27,7 @@ from typing import Any
 from engine.core.activity_info import ActivityContext, AttemptControl, activity_scope
 from engine.core.errors import ActivityTimeoutError, CodecError
 from engine.core.failure import FailureDetails, failure_from_exception
-from engine.core.payloads import Payload, to_payload
+from engine.core.payloads import Payload, seal, to_payload
 
 __all__ = ["Encoded", "ProcessExecutor"]
 
@@ -186,7 +186,8 @@ def _outcome(
         except (EOFError, OSError):  # the child died before it sent anything
             return True, None
         if isinstance(message, Beat):
-            if control is not None:
-                control.record(message.details)
+            if control is not None:  # sealed here: a spawned child has no codec chain
+                details = message.details
+                control.record(None if details is None else seal(details))
             continue
         return True, message if isinstance(message, Encoded) else None

@@ -20,7 +20,7 @@ from engine.core.activity_info import ActivityContext, activity_scope
 from engine.core.errors import ActivityCancelledError, CodecError, TurnstileError
 from engine.core.failure import failure_from_exception
 from engine.core.messages import ActivityTask
-from engine.core.payloads import from_payload, to_payload
+from engine.core.payloads import from_payload, seal, to_payload
 from engine.core.typed import convert, parameter_type
 from engine.services.worker.attempts import Attempt, OnDone, cancelled_failure
 from engine.services.worker.processes import Encoded, ProcessExecutor
@@ -197,7 +197,8 @@ def _finish(future: Future[Any], attempt: Attempt) -> None:
         return
     result = future.result()
     if isinstance(result, Encoded):  # a child process encoded it already
-        attempt.settle(result.output, result.failure)
+        # ... without this process's codec chain, which a spawned child does not have
+        attempt.settle(None if result.output is None else seal(result.output), result.failure)
         return
     try:
         output = to_payload(result)

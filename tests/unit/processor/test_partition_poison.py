@@ -15,7 +15,11 @@ from engine import Registry, WorkflowContext
 from engine.codec import decode_message, encode_message
 from engine.config.settings import Settings
 from engine.config.topics import topic_names
-from engine.core.errors import CommandRefusedError, InstanceTurnError, RecordHandlingError
+from engine.core.errors import (
+    InstanceTurnError,
+    PayloadTooLargeError,
+    RecordHandlingError,
+)
 from engine.core.history import (
     ExecutionCompleted,
     ExecutionStarted,
@@ -24,7 +28,7 @@ from engine.core.history import (
     TurnStarted,
 )
 from engine.core.limits import SUMMARY_ENCODING, Limits, fit_status, status_size
-from engine.core.messages import InstanceStatus, StartWorkflow
+from engine.core.messages import InstanceStatus, RaiseEvent, StartWorkflow
 from engine.core.payloads import Payload, to_payload
 from engine.services.processor import handlers
 from engine.services.processor.memory_store import MemoryPartitionStore
@@ -114,7 +118,8 @@ def failure_type(env: TestEngine, instance_id: str) -> str:
 
 
 def test_an_input_over_its_limit_fails_the_instance_with_a_summary(env: TestEngine) -> None:
-    env.start("echo", "i" * 2000, instance_id="a")
+    big = StartWorkflow(instance_id="a", name="echo", input=to_payload("i" * 2000))
+    env.produce(env.topics.commands, b"a", encode_message(big))  # the client would refuse it
     env.run()
     state = env.get("a")
     assert state is not None and state.failure is not None
@@ -156,8 +161,10 @@ def test_an_event_over_its_limit_goes_to_dead_letters_and_the_instance_goes_on(
 ) -> None:
     env.start("waits", instance_id="w")
     env.run()
-    with pytest.raises(CommandRefusedError, match="max_event_bytes"):
-        env.raise_event("w", "go", "e" * 5000)
+    with pytest.raises(PayloadTooLargeError, match="max_event_bytes"):
+        env.raise_event("w", "go", "e" * 5000)  # the client refuses it before sending
+    big = RaiseEvent("w", "go", to_payload("e" * 5000))
+    env.produce(env.topics.commands, b"w", encode_message(big))  # as any producer could
     env.run()
     (letter,) = env.dead_letters()
     assert "max_event_bytes" in letter.reason
