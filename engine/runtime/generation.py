@@ -375,6 +375,11 @@ class Generation:
             self.rng = random.Random(int.from_bytes(self._seed("random")[:16], "big"))
         return self.rng
 
+    def jitter_draw(self, task_id: int, attempt: int) -> float:
+        """A fraction in ``[0, 1)`` for the retry jitter of ``attempt`` of ``task_id``: its own
+        seed, so it neither uses nor shifts the workflow's ``ctx.random()`` sequence."""
+        return int.from_bytes(self._seed(f"jitter/{task_id}/{attempt}")[:8], "big") / 2**64
+
     def uuid_bytes(self) -> bytes:
         counter = self.uuid_counter
         self.uuid_counter = counter + 1
