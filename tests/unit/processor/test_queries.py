@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import Registry, WorkflowContext
+from engine.config.settings import Settings
 from engine.core.errors import InstanceNotFoundError, QueryFailedError, UnknownQueryError
 from engine.core.history import RuntimeStatus
 from engine.testing import TestEngine
@@ -226,3 +227,26 @@ def test_a_parked_instance_answers_from_its_last_recorded_turn() -> None:
         state = env.get(run)
         assert state is not None and state.status is RuntimeStatus.PARKED
         assert run.query("seen") == ["one"]
+
+
+@app.workflow(name="spinner")
+async def spinner(ctx: WorkflowContext, _: Any) -> str:
+    def forever() -> None:
+        while True:
+            pass
+
+    ctx.set_query_handler("forever", forever)
+    ctx.set_query_handler("ok", lambda: "still here")
+    await ctx.wait_for_event("go")
+    return "done"
+
+
+def test_a_handler_that_never_returns_is_stopped_by_the_turn_budget() -> None:
+    with TestEngine(app, settings=Settings(turn_budget_ms=200)) as env:
+        run = env.start("spinner", None)
+        env.run()
+        with pytest.raises(QueryFailedError, match="turn budget"):
+            run.query("forever")
+        assert run.query("ok") == "still here"  # replayed after the stop
+        env.raise_event(run, "go")
+        assert env.wait_for_completion(run).output == "done"
