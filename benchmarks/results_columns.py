@@ -79,6 +79,10 @@ COLUMNS: dict[str, list[str]] = {
         "date (UTC)", "commit", "SIGKILL the busiest leader s", "restart it s",
         "rolling restart, broker 1 / 2 / 3 s", "test wall time",
     ],
+    "queries": [
+        "date (UTC)", "commit", "machine", "load avg", "params",
+        "start-to-outcome p50 / p99 ms", "query p50 / p99 ms", "query p50 / start p50",
+    ],
     "cache-pressure": [
         "date (UTC)", "commit (before -> after)", "machine", "load avg", "params", "wf/s: "
         "before / after / fits", "after / before wf/s", "over the cache / fits wf/s", "processor "

@@ -550,6 +550,15 @@ TARGETS: tuple[Target, ...] = (
             f"{r['values']['wake-up / p50']}x"
         ),
     ),
+    Target(
+        "queries", "query round trip", "query p50 <= 2x start-to-outcome p50", 2.0, True,
+        lambda r: True, _value("query p50 / start p50"),
+        lambda r: (
+            f"{r['values']['query p50 / p99 ms']} ms against "
+            f"{r['values']['start-to-outcome p50 / p99 ms']} ms (p50 / p99): "
+            f"{r['values']['query p50 / start p50']}x"
+        ),
+    ),
     _scale("inline"),
     _scale("activities"),
     Target(

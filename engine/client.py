@@ -390,6 +390,12 @@ class AsyncClient:
     async def retry(self, instance_id: str, **options: Any) -> CommandOutcome | None:
         return await asyncio.to_thread(self.sync.retry, instance_id, **options)
 
+    async def query(
+        self, instance_id: str, name: str, *args: Any, timeout: float | None = None
+    ) -> Any:
+        """As :meth:`Client.query`."""
+        return await asyncio.to_thread(self.sync.query, instance_id, name, *args, timeout=timeout)
+
     async def create_schedule(
         self, name: str, workflow: Any, input: Any = None, **options: Any
     ) -> CommandOutcome | None:
@@ -497,3 +503,7 @@ class AsyncWorkflowHandle(InstanceHandle, Generic[R]):
     async def retry(self, **options: Any) -> CommandOutcome | None:
         """As :meth:`WorkflowHandle.retry`."""
         return await self._client.retry(self, **options)
+
+    async def query(self, name: str, *args: Any, timeout: float | None = None) -> Any:
+        """As :meth:`WorkflowHandle.query`."""
+        return await self._client.query(self, name, *args, timeout=timeout)

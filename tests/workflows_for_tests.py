@@ -228,3 +228,18 @@ async def drain(ctx: WorkflowContext, state: dict[str, Any]) -> dict[str, Any]:
     if state["count"] >= state["total"]:
         return state
     ctx.continue_as_new(state)
+
+
+@workflow(name="t.tally")
+async def tally(ctx: WorkflowContext, start: int) -> int:
+    """Counts the ``add`` events until ``stop``; queries ``count``, ``plus`` and ``peek``
+    (which tries to sleep, so it is refused) read the count."""
+    count = start
+    ctx.set_query_handler("count", lambda: count)
+    ctx.set_query_handler("plus", lambda n: count + n)
+    ctx.set_query_handler("peek", lambda: ctx.sleep(1))
+    while True:
+        step = await ctx.wait_for_event("add")
+        if step == "stop":
+            return count
+        count += step

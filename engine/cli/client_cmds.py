@@ -46,6 +46,7 @@ def register(subparsers: SubParsers) -> None:
     _register_start(subparsers)
     _register_raise(subparsers)
     _register_simple(subparsers)
+    _register_query(subparsers)
     _register_status(subparsers)
     _register_list(subparsers)
     _register_wait(subparsers)
@@ -206,6 +207,39 @@ def _signal_with_start(args: argparse.Namespace) -> int:
             reuse_policy=IdReusePolicy(args.reuse_policy),
         )
     return print_answer(handle.outcome)
+
+
+def _register_query(subparsers: SubParsers) -> None:
+    parser = add_command(
+        subparsers,
+        "query",
+        "ask a workflow's query handler for a value (read-only; prints it as JSON)",
+        _query,
+    )
+    parser.add_argument("instance_id", metavar="INSTANCE", help="instance id")
+    parser.add_argument("name", metavar="NAME", help="query name (ctx.set_query_handler)")
+    parser.add_argument(
+        "--arg",
+        dest="query_args",
+        metavar="JSON",
+        type=json_value,
+        action="append",
+        default=[],
+        help="one argument of the handler as JSON (repeatable, in order)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=not_negative,
+        default=30.0,
+        help="seconds to wait for the answer (30)",
+    )
+
+
+def _query(args: argparse.Namespace) -> int:
+    with answering_client(args) as client:
+        value = client.query(args.instance_id, args.name, *args.query_args, timeout=args.timeout)
+    print(json.dumps(value))
+    return 0
 
 
 def _register_simple(subparsers: SubParsers) -> None:

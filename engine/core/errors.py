@@ -55,6 +55,8 @@ works where Python code expects it)::
     |       |   +-- ScheduleDefinitionError
     |       +-- InvalidResetPointError
     |       +-- RerunTooLargeError
+    |       +-- UnknownQueryError
+    |       +-- QueryFailedError
     +-- ScheduleSpecError (also ValueError)
     +-- WaitTimeoutError
     |   +-- CommandTimeoutError
@@ -413,6 +415,21 @@ class RerunTooLargeError(CommandRefusedError):
     travels on instance-messages); reset in place instead, or raise max_record_bytes."""
 
     code: ClassVar[str] = "rerun_too_large"
+
+
+class UnknownQueryError(CommandRefusedError):
+    """A query named no handler the instance set (``ctx.set_query_handler``); the reason
+    lists the names it knows."""
+
+    code: ClassVar[str] = "unknown_query"
+
+
+class QueryFailedError(CommandRefusedError):
+    """A query could not be answered: its handler raised, returned something that is not
+    JSON, tried to schedule or change anything (a query is read-only), or the instance
+    has not started or cannot be replayed."""
+
+    code: ClassVar[str] = "query_failed"
 
 
 class WaitTimeoutError(TurnstileError):

@@ -155,6 +155,18 @@ class ResetWorkflow(Message):
     new_instance_id: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class QueryWorkflow(Message):
+    """Ask an instance's query handler ``name`` for a value (read-only: nothing is
+    recorded). ``input`` is the JSON list of the handler's arguments; the answer is the
+    command outcome, with the handler's return value in its ``output``."""
+
+    KIND: ClassVar[str] = "QueryWorkflow"
+    name: str = ""
+    input: Payload | None = None
+    request_id: str = ""
+
+
 COMMAND_TYPES: tuple[type[Message], ...] = (
     StartWorkflow,
     RaiseEvent,
@@ -164,6 +176,7 @@ COMMAND_TYPES: tuple[type[Message], ...] = (
     PurgeWorkflow,
     SignalWithStart,
     ResetWorkflow,
+    QueryWorkflow,
 )
 
 
@@ -247,6 +260,7 @@ COMMAND_BODY_TYPES: tuple[type[Message], ...] = (
     *ENGINE_COMMAND_TYPES,
     ResetWorkflow,
     RerunFrom,
+    QueryWorkflow,
 )
 """Every branch of the Command union, in the union's order (a new kind goes last); the
 commands topic accepts only COMMAND_TYPES."""
@@ -397,7 +411,7 @@ class CommandOutcome(Message):
     that predate codes; ``status`` and ``generation`` are the instance's after
     the command (status None: the id has no instance). ``duplicate`` marks the answer to a
     command whose request id was seen before: it repeats the first answer and nothing was
-    applied again.
+    applied again. ``output`` is the answer's value (a query's result; None otherwise).
     """
 
     KIND: ClassVar[str] = "CommandOutcome"
@@ -411,6 +425,7 @@ class CommandOutcome(Message):
     timestamp_ms: int = 0
     generation: int = 0
     code: str = ""
+    output: Payload | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,3 +31,11 @@ async def chain3_activities(ctx: WorkflowContext, x: int) -> int:
     for _ in range(3):
         x = await ctx.call_activity(add_one_activity, x)
     return x
+
+
+@workflow(name="chain3.queried")
+async def chain3_queried(ctx: WorkflowContext, x: int) -> int:
+    """The query benchmark's instance: answers query ``x`` until event ``done`` arrives."""
+    ctx.set_query_handler("x", lambda: x)
+    await ctx.wait_for_event("done")
+    return x

@@ -351,6 +351,18 @@ class WorkflowContext:
         self._gen.request_continue_as_new(_payload(input))
         raise ContinueAsNewRequested()
 
+    def set_query_handler(self, name: str, handler: Callable[..., Any] | None) -> None:
+        """Answer query ``name`` with ``handler(*args)`` (None removes it).
+
+        A handler is a plain function, usually a closure over the workflow's variables,
+        that returns a JSON value; ``handle.query(name, *args)`` calls it on the processor
+        that owns the instance, against its state as of the last turn, and records
+        nothing. It may only read: scheduling, waiting, sending or setting anything raises
+        ``QueryFailedError`` to the caller. Handlers stay after the workflow ends, so an
+        ended instance answers from its last state.
+        """
+        self._gen.set_query_handler(name, handler)
+
     def set_custom_status(self, value: Any) -> None:
         """Publish a small JSON value with the instance's metadata."""
         self._gen.set_custom_status(_payload(value))

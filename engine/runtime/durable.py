@@ -95,6 +95,8 @@ class TaskHost(ReadyQueue, Protocol):
 
     def offer_event(self, arrival: int, name: str, payload: Payload | None) -> None: ...
 
+    def jitter_draw(self, task_id: int, attempt: int) -> float: ...
+
     def command(self, body: B) -> B | None: ...
 
     def refuse(self) -> NoReturn: ...
@@ -341,7 +343,8 @@ class ActivityCall(Task[Any]):
             return
         _cancel_if_pending(self._timeout)
         self._timeout = None
-        delay = self._policy.delay_ms(self.attempt)
+        draw = self._gen.jitter_draw(self.task_id, self.attempt)
+        delay = self._policy.delay_ms(self.attempt, draw)
         if delay > 0:
             self._backoff = TimerTask(self._gen, self._gen.journal.now_ms + delay, self)
         else:

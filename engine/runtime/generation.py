@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from engine.core.errors import (
     InlineStepFailedError,
     NonDeterminismError,
+    QueryFailedError,
     WorkflowRuntimeError,
 )
 from engine.core.failure import failure_from_exception
@@ -57,6 +58,14 @@ if TYPE_CHECKING:
 B = TypeVar("B", bound=EventBody)
 
 
+#: Why a query handler cannot decide anything (what ``refuse`` raises while one runs).
+QUERY_READ_ONLY = (
+    "a query handler is read-only: it may read the workflow's state, but not schedule "
+    "activities, timers, child workflows or steps, wait, send or publish, continue as new, "
+    "or set the custom status or tags (do that in the workflow, or use an event)"
+)
+
+
 class ContinueAsNewRequested(BaseException):
     """Unwinds workflow code after ``ctx.continue_as_new``; never catch it."""
 
@@ -86,6 +95,9 @@ class Generation:
         "number",
         "orphaned",
         "patches",
+        "queries",
+        "query_refused",
+        "querying",
         "ready",
         "registry",
         "rng",
@@ -142,13 +154,19 @@ class Generation:
         self.tags: dict[str, str] = dict(started.tags)
         #: The answer ``ctx.patched`` gave per patch id in this generation (asked once).
         self.patches: dict[str, bool] = {}
+        #: The query handlers the code set (``ctx.set_query_handler``), by name.
+        self.queries: dict[str, Callable[..., Any]] = {}
+        #: A query handler runs now (``engine.runtime.queries``): every decision is refused,
+        #: and ``query_refused`` notes that one was asked for even if the handler caught it.
+        self.querying = False
+        self.query_refused = False
 
     # --- journaling ---------------------------------------------------------------------------
 
     def command(self, body: B) -> B | None:
         """Journal a decision (see :meth:`Journal.command`); a mismatch halts the run."""
         if self.closing:
-            raise cancelled_error("the workflow generation has ended")
+            self.refuse()
         try:
             return self.journal.command(body)
         except NonDeterminismError as err:
@@ -156,7 +174,11 @@ class Generation:
             raise
 
     def refuse(self) -> NoReturn:
-        """Refuse a ctx operation after the generation ended (its code is being closed)."""
+        """Refuse a ctx operation after the generation ended (its code is being closed), or
+        while a query handler runs (a query is read-only)."""
+        if self.querying:
+            self.query_refused = True
+            raise QueryFailedError(QUERY_READ_ONLY)
         raise cancelled_error("the workflow generation has ended")
 
     def diverged(self, attempted: EventBody) -> NonDeterminismError:
@@ -183,7 +205,7 @@ class Generation:
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> Fiber[Any]:
         if self.closing:
             coro.close()
-            raise cancelled_error("the workflow generation has ended")
+            self.refuse()
         return Fiber(self, coro)
 
     def unawaited_failure(self) -> BaseException | None:
@@ -260,6 +282,8 @@ class Generation:
         return failed_task(_inline_error(name, body))
 
     def wait_event(self, name: str, timeout_ms: int | None) -> Task[Any]:
+        if self.querying:
+            self.refuse()
         buffered = self.event_buffers.get(name)
         if buffered:
             return EventWait(self, name, timeout_ms, buffered.popleft())
@@ -291,6 +315,8 @@ class Generation:
         buffered.insert(index, (arrival, payload))
 
     def wait_condition(self, predicate: Callable[[], object], timeout_ms: int | None) -> Task[None]:
+        if self.querying:
+            self.refuse()
         if predicate():
             return completed_task(None)
         return ConditionTask(self, predicate, timeout_ms)
@@ -356,9 +382,21 @@ class Generation:
         self.patches[patch_id] = answer
         return answer
 
+    def set_query_handler(self, name: str, handler: Callable[..., Any] | None) -> None:
+        """Set (or with None remove) the handler of query ``name`` (engine.runtime.queries
+        runs it); not journaled: replay sets it again where the code does."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a query name is a non-empty string, got {name!r}")
+        if handler is None:
+            self.queries.pop(name, None)
+        elif callable(handler):
+            self.queries[name] = handler
+        else:
+            raise TypeError(f"the handler of query {name!r} must be callable, got {handler!r}")
+
     def request_continue_as_new(self, payload: Payload | None) -> None:
         if self.closing:
-            raise cancelled_error("the workflow generation has ended")
+            self.refuse()
         if not self.continue_requested:
             self.continue_requested = True
             self.continue_input = payload
@@ -374,6 +412,11 @@ class Generation:
         if self.rng is None:
             self.rng = random.Random(int.from_bytes(self._seed("random")[:16], "big"))
         return self.rng
+
+    def jitter_draw(self, task_id: int, attempt: int) -> float:
+        """A fraction in ``[0, 1)`` for the retry jitter of ``attempt`` of ``task_id``: its own
+        seed, so it neither uses nor shifts the workflow's ``ctx.random()`` sequence."""
+        return int.from_bytes(self._seed(f"jitter/{task_id}/{attempt}")[:8], "big") / 2**64
 
     def uuid_bytes(self) -> bytes:
         counter = self.uuid_counter

@@ -92,6 +92,16 @@ class _Api:
     async def dead_letters(self, request: Request) -> Response:
         return await self._call(self.source.dead_letters)
 
+    async def query(self, request: Request) -> Response:
+        """A query is a read (the handler changes nothing): open like the other reads."""
+        try:
+            body = await request.json() if await request.body() else {}
+        except json.JSONDecodeError:
+            return _error(400, "the request body is not JSON; send a JSON object")
+        if not isinstance(body, dict):
+            return _error(400, "the request body must be a JSON object")
+        return await self._call(self.source.query, request.path_params["instance_id"], body)
+
     async def act(self, request: Request) -> Response:
         refused = self._refusal(request)
         if refused is not None:
@@ -137,6 +147,7 @@ def create_app(
         Route("/api/config", api.config),
         Route("/api/instances", api.instances),
         Route("/api/instances/{instance_id:path}/actions/{action}", api.act, methods=["POST"]),
+        Route("/api/instances/{instance_id:path}/query", api.query, methods=["POST"]),
         Route("/api/instances/{instance_id:path}", api.instance),
         Route("/api/replicas", api.replicas),
         Route("/api/dead-letters", api.dead_letters),

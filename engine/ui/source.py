@@ -162,6 +162,18 @@ class DashboardSource:
         found.sort(key=lambda d: d["timestamp_ms"], reverse=True)
         return {"total": len(found), "repeats": firsts.repeats, "items": found[:limit]}
 
+    def query(self, instance_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Ask the instance's query handler ``body['name']`` with ``body['args']`` (JSON
+        text of a list, empty for none); a read: it changes nothing, so it needs no
+        actions allowed."""
+        name = str(body.get("name", "")).strip()
+        if not name:
+            raise ConfigurationError("a query needs the query's name")
+        args = _event_data(body.get("args", "")) or []
+        if not isinstance(args, list):
+            raise ConfigurationError('the query arguments are a JSON list, such as ["pen"]')
+        return {"name": name, "result": self.client.query(instance_id, name, *args)}
+
     # --- actions ----------------------------------------------------------------------------
 
     def act(self, action: str, instance_id: str, body: dict[str, Any]) -> ActionOutcome:
@@ -218,7 +230,7 @@ class DashboardSource:
 
 
 def _event_data(text: Any) -> Any:
-    """The event's data: the form sends JSON text (empty means no data)."""
+    """An event's data or a query's arguments: the form sends JSON text (empty: none)."""
     if not isinstance(text, str):
         return text
     if not text.strip():
@@ -227,7 +239,7 @@ def _event_data(text: Any) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigurationError(
-            f"the event data is not JSON ({exc.msg} at column {exc.colno}); write JSON such "
+            f"the value is not JSON ({exc.msg} at column {exc.colno}); write JSON such "
             f'as {{"ok": true}} or leave it empty'
         ) from None
 

@@ -246,3 +246,47 @@ def test_each_action_is_confirmed_by_the_status_it_changes(engine: RunningEngine
         wait_until(lambda: client.get(parent) is None, timeout=30, what="the purge")
     finally:
         server.stop()
+
+
+def test_the_instance_page_asks_queries_even_without_actions(
+    engine: RunningEngine, browser: BrowserContext, tmp_path: Path
+) -> None:
+    """A query is a read: a dashboard started without --allow-actions answers it."""
+    tally = engine.client.start("t.tally", 3, instance_id=f"ui-q-{uuid.uuid4().hex}")
+    engine.client.wait_for_start(tally, timeout=60)
+    server = DashboardServer(DashboardSource(engine.settings), port=0).start()
+    page = browser.new_page()
+    page.set_default_timeout(WAIT_MS)
+    try:
+        import httpx
+
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            url = f"/api/instances/{tally}/query"
+            assert http.post(url, json={"name": "count"}).json() == {"name": "count", "result": 3}
+            bad = http.post(url, json={"name": "plus", "args": '{"n": 1}'})
+            assert bad.status_code == 400 and "JSON list" in bad.json()["error"]
+            assert http.post(url, json={"name": "plus", "args": "[1"}).status_code == 400
+            gone = http.post("/api/instances/no-such-instance/query", json={"name": "count"})
+            assert gone.status_code == 404
+        page.goto(f"{server.url}/#/instance/{tally}")
+        expect(page.locator("h1")).to_have_text(tally)
+        page.fill("#query input[name=name]", "plus")
+        page.fill("#query input[name=args]", "[4]")
+        page.click("#query button[type=submit]")
+        expect(page.locator('#query-answer [data-query="answered"]')).to_have_text("7")
+        page.fill("#query input[name=name]", "total")
+        page.fill("#query input[name=args]", "")
+        page.click("#query button[type=submit]")
+        refused = page.locator('#query-answer [data-query="refused"]')
+        expect(refused).to_contain_text("its queries: 'count', 'peek', 'plus'")
+        page.fill("#query input[name=name]", "peek")
+        page.click("#query button[type=submit]")
+        expect(refused).to_contain_text("read-only")
+    except BaseException:
+        shot = tmp_path / "dashboard-query-failure.png"
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"dashboard screenshot: {shot}")
+        raise
+    finally:
+        page.close()
+        server.stop()

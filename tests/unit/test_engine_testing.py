@@ -113,7 +113,7 @@ def fetch(url: str) -> str:
 @app.workflow(name="fetcher")
 async def fetcher(ctx: WorkflowContext, url: str) -> dict[str, Any]:
     started = ctx.now()
-    retry = RetryPolicy(max_attempts=3, initial_interval=3600, max_interval=3600)
+    retry = RetryPolicy(max_attempts=3, initial_interval=3600, max_interval=3600, jitter=0)
     body = await ctx.call_activity(fetch, url, retry=retry)
     return {"body": body, "hours": (ctx.now() - started).total_seconds() // 3600}
 

@@ -141,7 +141,7 @@ async def patient(ctx: WorkflowContext, minutes: float | None) -> dict[str, Any]
     """Calls ``work`` with a start-to-close of ``minutes`` (None: the default, 10 minutes)
     and up to three attempts; returns the last error and the engine time it all took."""
     began = ctx.now()
-    retry = RetryPolicy(max_attempts=3, initial_interval=1, backoff_coefficient=1.0)
+    retry = RetryPolicy(max_attempts=3, initial_interval=1, backoff_coefficient=1.0, jitter=0)
     limit = None if minutes is None else timedelta(minutes=minutes)
     error = None
     try:

@@ -24,6 +24,7 @@ from engine.core.messages import (
     CommandOutcome,
     IdReusePolicy,
     PurgeWorkflow,
+    QueryWorkflow,
     RaiseEvent,
     ResetTarget,
     ResetWorkflow,
@@ -33,10 +34,11 @@ from engine.core.messages import (
     SuspendWorkflow,
     TerminateWorkflow,
 )
-from engine.core.payloads import to_payload
+from engine.core.payloads import from_payload, to_payload
 from engine.core.tags import checked_tags
 from engine.core.typed import convert, return_type
 from engine.runtime.registry import Registry
+from engine.services.client.outcomes import raise_for_refusal
 from engine.services.client.workflow_client import InstanceState, WorkflowClient
 
 __all__ = [
@@ -209,6 +211,10 @@ class WorkflowHandle(InstanceHandle, Generic[R]):
     def retry(self, **options: Any) -> CommandOutcome | None:
         """See :meth:`CommandMethods.retry`."""
         return self._client.retry(self, **options)
+
+    def query(self, name: str, *args: Any, timeout: float | None = None) -> Any:
+        """See :meth:`CommandMethods.query`."""
+        return self._client.query(self, name, *args, timeout=timeout)
 
 
 def result_of(state: InstanceState, result_type: Any) -> Any:
@@ -455,3 +461,23 @@ class CommandMethods:
         It is sent as a resume: a suspended instance resumes, one neither parked nor
         suspended refuses it (InstanceNotSuspendedError)."""
         return self.resume(instance_id, RETRY_REASON, request_id=request_id, wait=wait)
+
+    def query(self, instance_id: str, name: str, *args: Any, timeout: float | None = None) -> Any:
+        """Ask the instance's query handler ``name`` (``ctx.set_query_handler``) for a
+        value: ``args`` are its arguments (JSON values), the result is what it returns.
+
+        Read-only: the processor that owns the instance runs the handler on its state as
+        of the last turn and records nothing; an ended instance answers from its last
+        state. Raises ``UnknownQueryError`` (the reason lists the known names),
+        ``QueryFailedError`` (the handler raised or tried to schedule something),
+        ``InstanceNotFoundError``, or ``CommandTimeoutError`` after ``timeout`` seconds
+        (default: the client's answer timeout)."""
+        client = self._command_client()
+        command = QueryWorkflow(instance_id, name, to_payload(list(args)), request_id_or_new(None))
+        future = client.send_expecting(command)
+        client.flush()
+        if future is None:
+            raise RuntimeError("this client reads no command outcomes, so it cannot query")
+        wait_s = client.outcome_timeout_s if timeout is None else timeout
+        outcome = raise_for_refusal(client.answer(command.request_id, future, wait_s))
+        return from_payload(outcome.output)

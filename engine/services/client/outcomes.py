@@ -46,6 +46,8 @@ REFUSALS: dict[str, type[CommandRefusedError]] = {
         errors.ScheduleDefinitionError,
         errors.InvalidResetPointError,
         errors.RerunTooLargeError,
+        errors.UnknownQueryError,
+        errors.QueryFailedError,
     )
 }
 
@@ -81,6 +83,9 @@ _HINTS: dict[type[CommandRefusedError], str] = {
     errors.InvalidResetPointError: "pick a sequence number of the current run "
     "('turnstile history show ID' lists them)",
     errors.RerunTooLargeError: "reset the instance in place, or raise max_record_bytes",
+    errors.UnknownQueryError: "use one of the names the workflow sets with ctx.set_query_handler",
+    errors.QueryFailedError: "fix the query handler (it must only read the workflow's "
+    "state and return JSON)",
 }
 
 

@@ -26,6 +26,7 @@ from engine.core import errors
 from engine.core.errors import TurnstileError
 from engine.core.instance_row import InstanceRow, SeenRequest
 from engine.core.messages import CommandOutcome, CommandResult, Message
+from engine.core.payloads import Payload
 from engine.services.processor.batch import Batch
 
 log = logging.getLogger("engine.processor")
@@ -127,9 +128,11 @@ def send_outcome(
     verdict: Verdict,
     now_ms: int,
     duplicate: bool = False,
+    output: Payload | None = None,
 ) -> None:
     """Answer ``request_id`` on the command-outcomes topic, with the instance's status as
-    this batch leaves it (a rerun's new instance answers the request it was made for)."""
+    this batch leaves it (a rerun's new instance answers the request it was made for) and
+    the answer's value (``output``: a query's)."""
     meta = b.load(instance_id).meta
     outcome = CommandOutcome(
         instance_id=instance_id,
@@ -143,6 +146,7 @@ def send_outcome(
         duplicate=duplicate,
         timestamp_ms=now_ms,
         generation=meta.generation,
+        output=output,
     )
     b.send(b.env.topics.command_outcomes, outcome)
 

@@ -42,6 +42,7 @@ from engine.core.messages import (
     IdReusePolicy,
     Message,
     PurgeWorkflow,
+    QueryWorkflow,
     RaiseEvent,
     RerunFrom,
     ResetWorkflow,
@@ -64,6 +65,7 @@ from engine.services.processor import (
     keys,
     parking,
     pending,
+    queries,
     requeued,
     reset,
     retention,
@@ -626,4 +628,5 @@ MESSAGE_HANDLERS: dict[type[Message], MessageHandler] = {
     ScheduleCommand: answered(schedules.on_schedule_command),
     ResetWorkflow: reset.on_reset_command,
     RerunFrom: reset.on_rerun_from,
+    QueryWorkflow: queries.on_query,
 }

@@ -107,6 +107,27 @@ function actionForms(id, refresh) {
   return el("section", {}, el("h2", {}, "Actions"), ev, buttons, outcome);
 }
 
+function queryForm(id) {
+  const answer = el("pre", { class: "outcome", id: "query-answer" });
+  const form = el("form", { class: "action", id: "query" },
+    el("label", {}, "query name", el("input", { name: "name", required: true })),
+    el("label", {}, "arguments (JSON list)", el("input", { name: "args", placeholder: "[\"pen\"]" })),
+    el("button", { type: "submit" }, "Query"));
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    answer.replaceChildren("asking…");
+    try {
+      const r = await api(`/api/instances/${encodeURIComponent(id)}/query`, { method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ name: form.elements.name.value, args: form.elements.args.value }) });
+      answer.replaceChildren(el("span", { "data-query": "answered" }, json(r.result)));
+    } catch (error) {
+      answer.replaceChildren(el("span", { class: "error", "data-query": "refused" }, error.message));
+    }
+  });
+  return el("section", {}, el("h2", {}, "Query"), form, answer);
+}
+
 function failureView(f) {
   const parts = [];
   for (let cause = f, depth = 0; cause; cause = cause.cause, depth++) {
@@ -144,6 +165,7 @@ async function instancePage(id) {
       table("timers", ["Task", "Fires at"], i.timers.map((t) => [t.task_id, when(t.fire_at_ms)]))),
     el("section", {}, el("h2", {}, "Children"),
       table("children", ["Task", "Workflow", "Instance", "State"], i.children.map((c) => [c.task_id, c.name, instanceLink(c.instance_id), c.state]))),
+    queryForm(i.instance_id),
     actionForms(i.instance_id, refresh),
     el("section", {}, el("h2", {}, "Timeline"),
       table("timeline", ["#", "Time", "Generation", "Event", "Details"], i.timeline.map((e) => [

@@ -96,7 +96,7 @@ def test_result_is_returned() -> None:
 
 
 def test_retries_use_durable_backoff_timers_and_the_same_task_id() -> None:
-    sim = _run({"name": "flaky", "input": 2})
+    sim = _run({"name": "flaky", "input": 2, "policy": {"jitter": 0}})
     assert sim.output() == "ok"
     scheduled = sim.bodies(TaskScheduled)
     assert [(t.task_id, t.attempt) for t in scheduled] == [(0, 1), (0, 2), (0, 3)]
@@ -151,7 +151,7 @@ def test_start_to_close_timeout_fails_the_attempt_and_retries() -> None:
 
 def test_a_late_result_of_a_timed_out_attempt_is_rejected() -> None:
     execution = WorkflowExecution(reg, "wf")
-    args = {"name": "slow", "timeout": 5}
+    args = {"name": "slow", "timeout": 5, "policy": {"jitter": 0}}
     execution.step([Inbound(ExecutionStarted("call_one", to_payload(args)))], 0)
     assert execution.pending_timers == {1: 5000}
     execution.step([Inbound(TimerFired(1, 5000), 0)], 5000)  # attempt 1 timed out
