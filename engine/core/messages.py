@@ -138,6 +138,18 @@ class ResetTarget(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class CancelWorkflow(Message):
+    """Ask an instance to cancel itself: its code gets ``CancelledError`` at its current
+    await and may clean up (unlike a termination, which stops it at once). Sent by clients
+    on the commands topic (answered by ``request_id``) and by a parent's REQUEST_CANCEL
+    policy on ``instance-messages`` (no request id, no answer)."""
+
+    KIND: ClassVar[str] = "CancelWorkflow"
+    reason: str = ""
+    request_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ResetWorkflow(Message):
     """Start a new run of the instance from its current run's history up to a point.
 
@@ -164,16 +176,8 @@ COMMAND_TYPES: tuple[type[Message], ...] = (
     PurgeWorkflow,
     SignalWithStart,
     ResetWorkflow,
+    CancelWorkflow,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class CancelWorkflow(Message):
-    """Ask an instance to cancel itself (a parent's REQUEST_CANCEL policy); sent between
-    instances on ``instance-messages``, a branch of the Command union."""
-
-    KIND: ClassVar[str] = "CancelWorkflow"
-    reason: str = ""
 
 
 class SlotOp(StrEnum):

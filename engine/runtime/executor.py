@@ -92,14 +92,7 @@ from engine.runtime.interrupt import DEFAULT_MAX_TURN_EVENTS
 from engine.runtime.journal import DECISION_TYPES, Journal, describe
 from engine.runtime.registry import Registry, WorkflowDefinition
 
-_ENDED = frozenset(
-    {
-        RuntimeStatus.COMPLETED,
-        RuntimeStatus.FAILED,
-        RuntimeStatus.TERMINATED,
-        RuntimeStatus.CONTINUED_AS_NEW,
-    }
-)
+_ENDED = frozenset({s for s in RuntimeStatus if s.is_terminal} | {RuntimeStatus.CONTINUED_AS_NEW})
 
 
 async def _raise(error: BaseException) -> NoReturn:
@@ -608,7 +601,7 @@ class WorkflowExecution:
         if cancelled and gen is not None and gen.cancel_reason is not None:
             # the code let the requested cancellation end it
             failure = FailureDetails("CancelledError", gen.cancel_reason, "", False)
-            self._end(RuntimeStatus.FAILED, None, failure)
+            self._end(RuntimeStatus.CANCELLED, None, failure)
             return
         if error is not None:
             self.code_error = error

@@ -155,14 +155,18 @@ def deliver_event(gen: Generation, body: EventRaised) -> None:
 
 
 def on_cancel_requested(ex: EventTarget, body: ExecutionCancelRequested) -> str | None:
-    """The main coroutine gets ``CancelledError`` at its current await when the code runs
-    next (so what it waited on is cancelled by running code, journaled as decisions)."""
+    """Every fiber gets ``CancelledError`` at its current await when the code runs next
+    (so what each waited on is cancelled by running code, journaled as decisions: a running
+    activity gets a cancellation request, a timer is cancelled). Spawned fibers first, in
+    the order they were spawned (so replay cancels them alike), the main coroutine last: its
+    end ends the instance, and the others have seen the error by then."""
     gen = _current(ex)
     if gen.cancel_reason is not None:
         return "a cancellation was already requested"
     ex.journal_inbound(body)
     gen.cancel_reason = body.reason or "cancellation requested"
     main = gen.main
+    gen.ready.extend(fiber.cancel for fiber in gen.fibers if fiber is not main)
     if main is not None:
         gen.ready.append(main.cancel)
     return None

@@ -21,6 +21,7 @@ from typing import Any, Generic, Self, TypeVar
 from engine.core.errors import InstanceFailedError
 from engine.core.history import RuntimeStatus
 from engine.core.messages import (
+    CancelWorkflow,
     CommandOutcome,
     IdReusePolicy,
     PurgeWorkflow,
@@ -196,6 +197,10 @@ class WorkflowHandle(InstanceHandle, Generic[R]):
 
     def terminate(self, reason: str = "", recursive: bool = False, **options: Any) -> Outcome:
         return self._client.terminate(self, reason, recursive, **options)
+
+    def cancel(self, reason: str = "", **options: Any) -> Outcome:
+        """See :meth:`CommandMethods.cancel`."""
+        return self._client.cancel(self, reason, **options)
 
     def suspend(self, reason: str = "", **options: Any) -> CommandOutcome | None:
         return self._client.suspend(self, reason, **options)
@@ -379,6 +384,21 @@ class CommandMethods:
     ) -> Outcome:
         """End the instance TERMINATED (``recursive``: its running children too)."""
         command = TerminateWorkflow(instance_id, reason, recursive, request_id_or_new(request_id))
+        return self._command_client().send(command, wait=wait)
+
+    def cancel(
+        self,
+        instance_id: str,
+        reason: str = "",
+        *,
+        request_id: str | None = None,
+        wait: bool = True,
+    ) -> Outcome:
+        """Ask the instance to stop and clean up: every fiber of its code gets
+        ``asyncio.CancelledError`` at its current ``await`` (its ``finally`` blocks run and
+        may still await activities); it ends CANCELLED if the code lets the error propagate
+        and runs on if it catches it. :meth:`terminate` is the hard stop."""
+        command = CancelWorkflow(instance_id, reason, request_id_or_new(request_id))
         return self._command_client().send(command, wait=wait)
 
     def suspend(

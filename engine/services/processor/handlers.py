@@ -432,7 +432,34 @@ def on_terminate(b: Batch, msg: TerminateWorkflow, now_ms: int) -> Verdict:
 
 
 def on_cancel(b: Batch, msg: CancelWorkflow, now_ms: int) -> None:
+    """A client's cancel (it has a request id: answered) or a parent's REQUEST_CANCEL
+    policy (none: delivered if the child still runs, else ignored)."""
+    if msg.request_id:
+        _answered_cancel(b, msg, now_ms)
+        return
     _deliver(b, msg, Inbound(ExecutionCancelRequested(msg.reason)))
+
+
+def on_cancel_command(b: Batch, msg: CancelWorkflow, now_ms: int) -> Verdict:
+    """The code sees ``CancelledError`` in its next turn (a suspended instance when it is
+    resumed); one whose start is still scheduled ends CANCELLED at once."""
+    item = b.load(msg.instance_id)
+    meta = item.meta
+    refusal = _not_live(msg, meta)
+    if refusal is not None:
+        return refusal
+    if meta.status is RuntimeStatus.PENDING:
+        _cancel_scheduled_start(b, meta)
+        meta.status = RuntimeStatus.CANCELLED
+        meta.failure = FailureDetails("CancelledError", msg.reason or "cancelled", "", False)
+        meta.last_updated_ms = now_ms
+        b.save(meta)
+        return accepted("cancelled before its scheduled start")
+    item.inbox.append(Inbound(ExecutionCancelRequested(msg.reason)))
+    return accepted()
+
+
+_answered_cancel = answered(on_cancel_command)
 
 
 def on_suspend(b: Batch, msg: SuspendWorkflow, now_ms: int) -> Verdict:
