@@ -125,6 +125,9 @@ class ExecutionTerminated(EventBody):
     KIND: ClassVar[str] = "ExecutionTerminated"
     reason: str = ""
     recursive: bool = False
+    #: Set when a workflow timeout ended the instance ("execution_timeout" or
+    #: "run_timeout"): it ends TIMED_OUT instead of TERMINATED.
+    timeout: str = field(default="", metadata={OMIT_EMPTY: True})
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,10 @@ class StartWorkflow(Message):
     #: The run of the parent that starts this child (its result names it, so a parent
     #: whose id was purged and reused never takes a result meant for its earlier run).
     parent_run_id: str = ""
+    #: The whole chain of runs (across continue-as-new) ends TIMED_OUT this long after the
+    #: start; and each run this long after it began (0: the workflow's own, if any).
+    execution_timeout_ms: int = 0
+    run_timeout_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

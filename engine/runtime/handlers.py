@@ -203,9 +203,21 @@ def on_reset(ex: EventTarget, body: ExecutionReset) -> str | None:
 
 def on_recorded_end(ex: EventTarget, body: ExecutionCompleted) -> str | None:
     """Replay only: the ExecutionCompleted that a termination appended."""
-    if body.status is RuntimeStatus.TERMINATED and ex.status is RuntimeStatus.TERMINATED:
+    if body.status in APPENDED_ENDS and ex.status is body.status:
         return None
     return f"the instance is {ex.status.value}, not {body.status.value}"
+
+
+#: The ends an ExecutionTerminated appends (inbound, not decisions of the code): a
+#: termination's, a workflow timeout's.
+APPENDED_ENDS = frozenset({RuntimeStatus.TERMINATED, RuntimeStatus.TIMED_OUT})
+
+
+def termination_end(body: ExecutionTerminated) -> tuple[RuntimeStatus, str]:
+    """The status and failure type an ExecutionTerminated ends the instance with."""
+    if body.timeout:
+        return RuntimeStatus.TIMED_OUT, "TimedOut"
+    return RuntimeStatus.TERMINATED, "Terminated"
 
 
 INBOUND: dict[type[EventBody], InboundHandler] = {

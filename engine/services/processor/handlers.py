@@ -71,6 +71,7 @@ from engine.services.processor import (
     schedules,
     slots,
     spans,
+    timeouts,
 )
 from engine.services.processor.batch import Batch
 from engine.services.processor.command_outcomes import (
@@ -258,6 +259,7 @@ def begin(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
     for event in pending.unexpired(b, meta, now_ms):
         item.inbox.append(Inbound(EventRaised(event.name, event.input)))
     meta.pending_events = []
+    timeouts.arm_at_begin(b, meta, msg, now_ms)
     b.save(meta)
 
 
@@ -598,6 +600,9 @@ def fire_timer(b: Batch, timer: keys.TimerKey, now_ms: int) -> None:
         return
     if timer.task_id == backlog.WAKE_TIMER:
         backlog.woken(b, item, timer)  # one of an older generation is simply done
+        return
+    if timer.task_id in timeouts.TIMERS:
+        timeouts.fire(b, item, timer)  # an execution timeout outlives its generation
         return
     if timer.generation != meta.generation:
         b.counters.reject("TimerFired")
