@@ -160,6 +160,17 @@ def test_a_cancel_lets_the_instance_clean_up_and_end_cancelled(
     asyncio.run(through_the_async_client())
 
 
+def test_a_run_timeout_ends_the_instance_timed_out(engine: RunningEngine) -> None:
+    client = engine.client
+    instance = new_id("timeout")
+    client.start("t.wait_event", None, instance_id=instance, run_timeout=0.5)
+    state = client.wait_for_completion(instance, WAIT)
+    assert state.status is RuntimeStatus.TIMED_OUT
+    assert state.failure is not None and "run_timeout" in state.failure.message
+    with pytest.raises(InstanceNotRunningError, match="TIMED_OUT"):
+        client.raise_event(instance, "go")
+
+
 def test_no_answer_without_a_processor_times_out_with_advice(engine: RunningEngine) -> None:
     settings = engine.settings
     # a namespace whose topics exist but no processor reads them
