@@ -4,8 +4,8 @@ client from a shell.
 
 Every command waits for the processor's answer (``--no-wait`` skips it) and prints it; a
 refusal exits 4 with the reason (``main``), no answer within ``--timeout`` exits 124.
-Exit codes of ``wait`` and ``start --wait``: 0 when the instance COMPLETED, 1 when it FAILED
-or was TERMINATED, 124 when the wait timed out (like ``timeout(1)``).
+Exit codes of ``wait`` and ``start --wait``: 0 when the instance COMPLETED, 1 when it FAILED,
+was TERMINATED or CANCELLED, or TIMED_OUT, 124 when the wait timed out (like ``timeout(1)``).
 """
 
 from __future__ import annotations

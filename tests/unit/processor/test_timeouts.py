@@ -45,6 +45,12 @@ async def parent(ctx: WorkflowContext, policy: str) -> str:
     return str(await ctx.wait_for_event("never"))
 
 
+@registry.workflow(name="to.buggy", run_timeout=100)
+async def buggy(ctx: WorkflowContext, _: Any) -> None:
+    await ctx.sleep(1)
+    raise KeyError("a bug: the instance parks")
+
+
 @pytest.fixture
 def env() -> Iterator[TestEngine]:
     with TestEngine(registry) as engine:
@@ -109,6 +115,19 @@ def test_a_new_start_of_the_same_id_is_a_new_chain(env: TestEngine) -> None:
     env.run()
     env.advance(10)  # the first chain's timer fires and is stale
     assert env.get("r").status is RuntimeStatus.RUNNING  # type: ignore[union-attr]
+
+
+def test_a_parked_instance_still_times_out(env: TestEngine) -> None:
+    env.start("to.buggy", None, instance_id="bug")
+    env.advance(2)
+    assert env.get("bug").status is RuntimeStatus.PARKED  # type: ignore[union-attr]
+    env.cancel("bug")  # kept for its retry, which never gets past the bug
+    env.advance(101)
+    state = env.get("bug")
+    assert state is not None and state.status is RuntimeStatus.TIMED_OUT
+    assert state.failure is not None and state.failure.message == (
+        "its run_timeout elapsed (100 s)"
+    )
 
 
 @pytest.mark.parametrize(
