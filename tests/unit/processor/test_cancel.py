@@ -55,7 +55,8 @@ async def stubborn(ctx: WorkflowContext, _: Any) -> str:
 
 @registry.workflow(name="cancel.fibers")
 async def fibers(ctx: WorkflowContext, count: int) -> list[str]:
-    """Spawned fibers each record that they saw the cancellation; main lets it propagate."""
+    """Spawned fibers each record that they saw the cancellation; main lets it propagate
+    after a clean-up activity (so the instance ends in a later turn than the cancel)."""
     seen: list[str] = []
 
     async def waiter(n: int) -> None:
@@ -68,7 +69,10 @@ async def fibers(ctx: WorkflowContext, count: int) -> list[str]:
 
     for n in range(count):
         ctx.spawn(waiter(n))
-    await ctx.sleep(3600)
+    try:
+        await ctx.sleep(3600)
+    finally:
+        await ctx.call_activity(compensate, f"{ctx.instance_id} main")
     return seen
 
 
@@ -110,6 +114,22 @@ def test_a_cancelled_instance_compensates_in_finally_and_ends_cancelled(env: Tes
     kinds = [type(e.body).__name__ for e in env.history("b-1")]
     assert kinds.count("ExecutionCancelRequested") == 1
     assert kinds.index("ExecutionCancelRequested") < kinds.index("TaskCompleted")
+
+
+def test_a_replayed_instance_cancels_as_the_live_one_did(env: TestEngine) -> None:
+    """Evicted between the cancel and the end of its clean-up, the instance replays the
+    cancellation from history (every fiber in the same order) and goes on."""
+    env.start("cancel.fibers", 3, instance_id="cold")
+    env.start("cancel.booking", "seat 7", instance_id="cold-b")
+    env.run()
+    env.cancel("cold", "evicted")
+    env.cancel("cold-b", "evicted")
+    for processor in env.processors.values():
+        processor.cache.clear()
+    assert env.wait_for_completion("cold").status is RuntimeStatus.CANCELLED
+    assert env.get("cold").custom_status == ["fiber 0", "fiber 1", "fiber 2"]  # type: ignore[union-attr]
+    assert env.wait_for_completion("cold-b").status is RuntimeStatus.CANCELLED
+    assert sorted(compensated) == ["cold main", "seat 7"]
 
 
 def test_an_instance_that_catches_the_cancellation_runs_on(env: TestEngine) -> None:
