@@ -64,6 +64,17 @@ def arm_new_run(b: Batch, meta: InstanceRow, previous_generation: int, now_ms: i
         _arm_run(b, meta, now_ms)
 
 
+def arm_reset_run(b: Batch, meta: InstanceRow, now_ms: int) -> None:
+    """A reset began a new run of the chain: it gets its own run timer (the chain keeps its
+    deadline). A rerun is a new chain, with the workflow's own timeouts."""
+    if meta.status not in _LIVE:
+        return
+    if meta.run_timeout_ms == 0 and meta.execution_deadline_ms == 0:
+        arm_at_begin(b, meta, StartWorkflow(meta.instance_id), now_ms)
+        return
+    _arm_run(b, meta, now_ms)
+
+
 def _arm_run(b: Batch, meta: InstanceRow, now_ms: int) -> None:
     if meta.run_timeout_ms > 0:
         fire_at = now_ms + meta.run_timeout_ms

@@ -14,6 +14,7 @@ import pytest
 from engine import Registry, WorkflowContext
 from engine.core.errors import RegistrationError
 from engine.core.history import RuntimeStatus
+from engine.core.messages import ResetTarget
 from engine.testing import TestEngine
 
 registry = Registry()
@@ -128,6 +129,20 @@ def test_a_parked_instance_still_times_out(env: TestEngine) -> None:
     assert state.failure is not None and state.failure.message == (
         "its run_timeout elapsed (100 s)"
     )
+
+
+def test_a_reset_run_and_a_rerun_get_their_own_run_timeout(env: TestEngine) -> None:
+    env.start("to.waits", None, instance_id="rs")
+    env.run()
+    env.advance(50)
+    env.reset("rs", ResetTarget.FIRST_TURN, "again")
+    env.rerun("rs", "rs-copy")
+    env.advance(50)  # 100 s after the start, 50 s after the reset: within the new run's 60
+    assert env.get("rs").status is RuntimeStatus.RUNNING  # type: ignore[union-attr]
+    assert env.get("rs-copy").status is RuntimeStatus.RUNNING  # type: ignore[union-attr]
+    env.advance(11)
+    assert env.get("rs").status is RuntimeStatus.TIMED_OUT  # type: ignore[union-attr]
+    assert env.get("rs-copy").status is RuntimeStatus.TIMED_OUT  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
