@@ -6,6 +6,7 @@ cancellation request, children follow their parent-close policy, refusals are ty
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -218,3 +219,16 @@ def test_terminate_stays_the_hard_stop(env: TestEngine) -> None:
     env.terminate("t", "now")
     assert env.wait_for_completion("t").status is RuntimeStatus.TERMINATED
     assert compensated == []  # no clean-up code ran
+
+
+def test_a_scheduled_start_cancelled_before_its_time_never_runs(env: TestEngine) -> None:
+    env.start(
+        "cancel.booking", "seat 3", instance_id="later", start_at=env.now() + timedelta(hours=1)
+    )
+    env.run()
+    answer = env.cancel("later", "plans changed")
+    assert answer is not None and "before its scheduled start" in answer.reason
+    env.advance(timedelta(hours=2))
+    state = env.get("later")
+    assert state is not None and state.status is RuntimeStatus.CANCELLED
+    assert env.history("later") == [] and compensated == []
