@@ -89,7 +89,7 @@ class Client(CommandMethods, ScheduleMethods):
     """A connection to one engine namespace; thread-safe, meant to be shared and closed.
 
     Commands (:class:`CommandMethods`): ``start``, ``signal_with_start``, ``raise_event``,
-    ``terminate``, ``suspend``, ``resume``, ``retry``, ``purge``, ``reset``, ``rerun``,
+    ``terminate``, ``cancel``, ``suspend``, ``resume``, ``retry``, ``purge``, ``reset``, ``rerun``,
     ``start_many``, ``handle``.
 
     Schedules: ``create_schedule``, ``pause_schedule``, ``resume_schedule``,
@@ -374,6 +374,12 @@ class AsyncClient:
             self.sync.terminate, instance_id, reason, recursive, **options
         )
 
+    async def cancel(
+        self, instance_id: str, reason: str = "", **options: Any
+    ) -> CommandOutcome | None:
+        """As :meth:`Client.cancel`."""
+        return await asyncio.to_thread(self.sync.cancel, instance_id, reason, **options)
+
     async def suspend(
         self, instance_id: str, reason: str = "", **options: Any
     ) -> CommandOutcome | None:
@@ -490,6 +496,9 @@ class AsyncWorkflowHandle(InstanceHandle, Generic[R]):
         self, reason: str = "", recursive: bool = False, **options: Any
     ) -> CommandOutcome | None:
         return await self._client.terminate(self, reason, recursive, **options)
+
+    async def cancel(self, reason: str = "", **options: Any) -> CommandOutcome | None:
+        return await self._client.cancel(self, reason, **options)
 
     async def suspend(self, reason: str = "", **options: Any) -> CommandOutcome | None:
         return await self._client.suspend(self, reason, **options)

@@ -1,11 +1,11 @@
-"""Client commands: ``start``, ``raise``, ``signal-with-start``, ``terminate``, ``suspend``,
-``resume``, ``retry``, ``purge``, ``status``, ``list`` and ``wait`` - the Python client from a
-shell.
+"""Client commands: ``start``, ``raise``, ``signal-with-start``, ``terminate``, ``cancel``,
+``suspend``, ``resume``, ``retry``, ``purge``, ``status``, ``list`` and ``wait`` - the Python
+client from a shell.
 
 Every command waits for the processor's answer (``--no-wait`` skips it) and prints it; a
 refusal exits 4 with the reason (``main``), no answer within ``--timeout`` exits 124.
-Exit codes of ``wait`` and ``start --wait``: 0 when the instance COMPLETED, 1 when it FAILED
-or was TERMINATED, 124 when the wait timed out (like ``timeout(1)``).
+Exit codes of ``wait`` and ``start --wait``: 0 when the instance COMPLETED, 1 when it FAILED,
+was TERMINATED or CANCELLED, or TIMED_OUT, 124 when the wait timed out (like ``timeout(1)``).
 """
 
 from __future__ import annotations
@@ -250,6 +250,15 @@ def _register_simple(subparsers: SubParsers) -> None:
         "--recursive", action="store_true", help="also terminate its child workflows"
     )
     add_answer_flags(terminate)
+    cancel = add_command(
+        subparsers,
+        "cancel",
+        "ask a running instance to cancel: its code gets CancelledError and may clean up",
+        _cancel,
+    )
+    cancel.add_argument("instance_id", metavar="INSTANCE", help="instance id")
+    cancel.add_argument("--reason", default="", help="recorded in the instance's history")
+    add_answer_flags(cancel)
     for name, help in (
         ("suspend", "suspend an instance (events keep arriving, applied on resume)"),
         ("resume", "resume a suspended instance"),
@@ -280,6 +289,14 @@ def _terminate(args: argparse.Namespace) -> int:
             args.recursive,
             request_id=args.request_id,
             wait=args.wait_answer,
+        )
+    return print_answer(answer)
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    with answering_client(args) as client:
+        answer = client.cancel(
+            args.instance_id, args.reason, request_id=args.request_id, wait=args.wait_answer
         )
     return print_answer(answer)
 

@@ -213,7 +213,7 @@ class InlineStepFailedError(WorkflowFailure):
 
 
 class ChildWorkflowFailedError(WorkflowFailure):
-    """A child workflow ended FAILED or TERMINATED."""
+    """A child workflow ended FAILED, TERMINATED, CANCELLED or TIMED_OUT."""
 
 
 class WorkflowTimeoutError(WorkflowFailure):
@@ -221,7 +221,8 @@ class WorkflowTimeoutError(WorkflowFailure):
 
 
 class InstanceFailedError(WorkflowFailure):
-    """An instance a client waited for ended FAILED or TERMINATED (``details``: why)."""
+    """An instance a client waited for ended FAILED, TERMINATED, CANCELLED or TIMED_OUT
+    (``details``: why)."""
 
 
 class ApplicationError(WorkflowFailure):

@@ -42,13 +42,25 @@ class RuntimeStatus(StrEnum):
     TERMINATED = "TERMINATED"
     CONTINUED_AS_NEW = "CONTINUED_AS_NEW"
     PARKED = "PARKED"
+    #: The code let a requested cancellation (``CancelledError``) end it.
+    CANCELLED = "CANCELLED"
+    #: Its ``execution_timeout`` or ``run_timeout`` fired before it ended.
+    TIMED_OUT = "TIMED_OUT"
 
     @property
     def is_terminal(self) -> bool:
         return self in _TERMINAL
 
 
-_TERMINAL = frozenset({RuntimeStatus.COMPLETED, RuntimeStatus.FAILED, RuntimeStatus.TERMINATED})
+_TERMINAL = frozenset(
+    {
+        RuntimeStatus.COMPLETED,
+        RuntimeStatus.FAILED,
+        RuntimeStatus.TERMINATED,
+        RuntimeStatus.CANCELLED,
+        RuntimeStatus.TIMED_OUT,
+    }
+)
 
 
 class ParentClosePolicy(StrEnum):
@@ -113,6 +125,9 @@ class ExecutionTerminated(EventBody):
     KIND: ClassVar[str] = "ExecutionTerminated"
     reason: str = ""
     recursive: bool = False
+    #: Set when a workflow timeout ended the instance ("execution_timeout" or
+    #: "run_timeout"): it ends TIMED_OUT instead of TERMINATED.
+    timeout: str = field(default="", metadata={OMIT_EMPTY: True})
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,8 +293,9 @@ class ActivityCancelRequested(EventBody):
 
 @dataclass(frozen=True, slots=True)
 class ExecutionCancelRequested(EventBody):
-    """Someone asked the instance to stop (a parent's REQUEST_CANCEL policy): the main
-    coroutine gets ``CancelledError`` at its current await and may clean up."""
+    """Someone asked the instance to stop (a client's ``cancel``, a parent's REQUEST_CANCEL
+    policy): every fiber gets ``CancelledError`` at its current await and may clean up; the
+    instance ends CANCELLED if the main coroutine lets it propagate."""
 
     KIND: ClassVar[str] = "ExecutionCancelRequested"
     reason: str = ""

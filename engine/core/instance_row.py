@@ -126,6 +126,10 @@ class InstanceRow:
     #: Encoded bytes of the current generation's history events (its count is
     #: ``next_sequence - generation_start``), for the history limits.
     history_bytes: int = 0
+    #: The run timeout of this chain of runs (ms; 0: none), armed again for every run a
+    #: continue-as-new begins, and when the chain times out as a whole (0: never).
+    run_timeout_ms: int = 0
+    execution_deadline_ms: int = 0
 
     @property
     def exists(self) -> bool:

@@ -60,6 +60,10 @@ class StartWorkflow(Message):
     #: The run of the parent that starts this child (its result names it, so a parent
     #: whose id was purged and reused never takes a result meant for its earlier run).
     parent_run_id: str = ""
+    #: The whole chain of runs (across continue-as-new) ends TIMED_OUT this long after the
+    #: start; and each run this long after it began (0: the workflow's own, if any).
+    execution_timeout_ms: int = 0
+    run_timeout_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +142,18 @@ class ResetTarget(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class CancelWorkflow(Message):
+    """Ask an instance to cancel itself: its code gets ``CancelledError`` at its current
+    await and may clean up (unlike a termination, which stops it at once). Sent by clients
+    on the commands topic (answered by ``request_id``) and by a parent's REQUEST_CANCEL
+    policy on ``instance-messages`` (no request id, no answer)."""
+
+    KIND: ClassVar[str] = "CancelWorkflow"
+    reason: str = ""
+    request_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ResetWorkflow(Message):
     """Start a new run of the instance from its current run's history up to a point.
 
@@ -177,16 +193,8 @@ COMMAND_TYPES: tuple[type[Message], ...] = (
     SignalWithStart,
     ResetWorkflow,
     QueryWorkflow,
+    CancelWorkflow,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class CancelWorkflow(Message):
-    """Ask an instance to cancel itself (a parent's REQUEST_CANCEL policy); sent between
-    instances on ``instance-messages``, a branch of the Command union."""
-
-    KIND: ClassVar[str] = "CancelWorkflow"
-    reason: str = ""
 
 
 class SlotOp(StrEnum):

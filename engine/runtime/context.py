@@ -228,7 +228,8 @@ class WorkflowContext:
         """Start a child workflow; await the task for its result.
 
         The child's id defaults to ``"{instance_id}:{generation}:{task_id}"``. A child that
-        ends FAILED or TERMINATED raises :class:`ChildWorkflowFailedError`.
+        ends FAILED, TERMINATED, CANCELLED or TIMED_OUT raises
+        :class:`ChildWorkflowFailedError`.
         ``parent_close_policy`` says what happens to the child while it still runs when
         this workflow stops waiting for it (ends, continues as new, or cancels the task,
         as a when_any does with its losers): ``TERMINATE`` (the default) terminates it,

@@ -87,19 +87,18 @@ from engine.runtime.driver import DEFAULT_STEP_BUDGET, Fiber, run_ready
 from engine.runtime.durable import ActivityCall
 from engine.runtime.fastjson import decode, encode
 from engine.runtime.generation import Generation
-from engine.runtime.handlers import INBOUND, RECORDED, deliver_event
+from engine.runtime.handlers import (
+    APPENDED_ENDS,
+    INBOUND,
+    RECORDED,
+    deliver_event,
+    termination_end,
+)
 from engine.runtime.interrupt import DEFAULT_MAX_TURN_EVENTS
 from engine.runtime.journal import DECISION_TYPES, Journal, describe
 from engine.runtime.registry import Registry, WorkflowDefinition
 
-_ENDED = frozenset(
-    {
-        RuntimeStatus.COMPLETED,
-        RuntimeStatus.FAILED,
-        RuntimeStatus.TERMINATED,
-        RuntimeStatus.CONTINUED_AS_NEW,
-    }
-)
+_ENDED = frozenset({s for s in RuntimeStatus if s.is_terminal} | {RuntimeStatus.CONTINUED_AS_NEW})
 
 
 async def _raise(error: BaseException) -> NoReturn:
@@ -376,7 +375,7 @@ class WorkflowExecution:
             body = event.body
             kind = type(body)
             if kind in DECISION_TYPES and (
-                kind is not ExecutionCompleted or body.status is not RuntimeStatus.TERMINATED  # type: ignore[attr-defined]
+                kind is not ExecutionCompleted or body.status not in APPENDED_ENDS  # type: ignore[attr-defined]
             ):
                 if commands_from < 0:
                     commands_from = index
@@ -608,7 +607,7 @@ class WorkflowExecution:
         if cancelled and gen is not None and gen.cancel_reason is not None:
             # the code let the requested cancellation end it
             failure = FailureDetails("CancelledError", gen.cancel_reason, "", False)
-            self._end(RuntimeStatus.FAILED, None, failure)
+            self._end(RuntimeStatus.CANCELLED, None, failure)
             return
         if error is not None:
             self.code_error = error
@@ -661,21 +660,23 @@ class WorkflowExecution:
             )
 
     def apply_termination(self, body: ExecutionTerminated) -> None:
-        """Apply ExecutionTerminated: the instance ends TERMINATED right away."""
+        """Apply ExecutionTerminated: the instance ends TERMINATED (TIMED_OUT when a
+        workflow timeout sent it) right away."""
         gen = self._gen
         assert gen is not None and self._started is not None
-        failure = FailureDetails("Terminated", body.reason or "terminated", "", False)
+        status, kind = termination_end(body)
+        failure = FailureDetails(kind, body.reason or kind.lower(), "", False)
         children = self.running_children_policies
-        self._status, self._output, self._failure = RuntimeStatus.TERMINATED, None, failure
+        self._status, self._output, self._failure = status, None, failure
         journal = self._journal
         if journal.replaying:
             gen.close()
             return
         started = self._started
-        journal.append(ExecutionCompleted(RuntimeStatus.TERMINATED, None, failure))
+        journal.append(ExecutionCompleted(status, None, failure))
         journal.actions.append(
             CompleteExecution(
-                RuntimeStatus.TERMINATED,
+                status,
                 None,
                 failure,
                 started.parent_instance_id,
@@ -690,9 +691,9 @@ class WorkflowExecution:
                 TerminateChildren(ids, body.reason, every_generation=True, generation=gen.number)
             )
         else:
-            reason = f"parent {self.instance_id} was terminated"
+            reason = f"parent {self.instance_id} was {status.value.lower().replace('_', ' ')}"
             journal.actions.extend(close_children(children, reason, gen.number))
-        self._close_generation(gen, RuntimeStatus.TERMINATED)
+        self._close_generation(gen, status)
 
     def _continue_as_new(self, gen: Generation) -> None:
         """End ``gen`` with ``ContinuedAsNew``; the next generation waits for the next

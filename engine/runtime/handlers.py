@@ -155,14 +155,18 @@ def deliver_event(gen: Generation, body: EventRaised) -> None:
 
 
 def on_cancel_requested(ex: EventTarget, body: ExecutionCancelRequested) -> str | None:
-    """The main coroutine gets ``CancelledError`` at its current await when the code runs
-    next (so what it waited on is cancelled by running code, journaled as decisions)."""
+    """Every fiber gets ``CancelledError`` at its current await when the code runs next
+    (so what each waited on is cancelled by running code, journaled as decisions: a running
+    activity gets a cancellation request, a timer is cancelled). Spawned fibers first, in
+    the order they were spawned (so replay cancels them alike), the main coroutine last: its
+    end ends the instance, and the others have seen the error by then."""
     gen = _current(ex)
     if gen.cancel_reason is not None:
         return "a cancellation was already requested"
     ex.journal_inbound(body)
     gen.cancel_reason = body.reason or "cancellation requested"
     main = gen.main
+    gen.ready.extend(fiber.cancel for fiber in gen.fibers if fiber is not main)
     if main is not None:
         gen.ready.append(main.cancel)
     return None
@@ -199,9 +203,21 @@ def on_reset(ex: EventTarget, body: ExecutionReset) -> str | None:
 
 def on_recorded_end(ex: EventTarget, body: ExecutionCompleted) -> str | None:
     """Replay only: the ExecutionCompleted that a termination appended."""
-    if body.status is RuntimeStatus.TERMINATED and ex.status is RuntimeStatus.TERMINATED:
+    if body.status in APPENDED_ENDS and ex.status is body.status:
         return None
     return f"the instance is {ex.status.value}, not {body.status.value}"
+
+
+#: The ends an ExecutionTerminated appends (inbound, not decisions of the code): a
+#: termination's, a workflow timeout's.
+APPENDED_ENDS = frozenset({RuntimeStatus.TERMINATED, RuntimeStatus.TIMED_OUT})
+
+
+def termination_end(body: ExecutionTerminated) -> tuple[RuntimeStatus, str]:
+    """The status and failure type an ExecutionTerminated ends the instance with."""
+    if body.timeout:
+        return RuntimeStatus.TIMED_OUT, "TimedOut"
+    return RuntimeStatus.TERMINATED, "Terminated"
 
 
 INBOUND: dict[type[EventBody], InboundHandler] = {

@@ -55,6 +55,10 @@ class WorkflowDefinition:
     #: at which the instance fails (0: the settings ``history_events_warn``/``_max``).
     history_events_warn: int = 0
     history_events_max: int = 0
+    #: The whole chain of runs (across continue-as-new) and each run end TIMED_OUT this
+    #: long after they began (ms; 0: no timeout; a start may give its own).
+    execution_timeout_ms: int = 0
+    run_timeout_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,19 @@ class ActivityDefinition:
     task_queue: str = DEFAULT_TASK_QUEUE
     #: At most this many attempts at once on each worker (0: only the worker's limit).
     max_concurrency: int = 0
+
+
+def _timeout_ms(name: str, what: str, value: timedelta | float | None) -> int:
+    """A workflow timeout in ms: a timedelta or seconds, > 0 (None: no timeout)."""
+    if value is None:
+        return 0
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+        raise RegistrationError(
+            f"{what} of workflow {name!r} must be a timedelta or a number of seconds > 0, "
+            f"got {value!r}; leave it out for no timeout"
+        )
+    return max(1, round(seconds * 1000))
 
 
 def _retention_ms(name: str, retention: timedelta | float | None) -> int:
@@ -150,6 +167,8 @@ class Registry:
         retention: timedelta | float | None = None,
         history_events_warn: int = 0,
         history_events_max: int = 0,
+        execution_timeout: timedelta | float | None = None,
+        run_timeout: timedelta | float | None = None,
     ) -> Callable[[F], F]: ...
 
     def workflow(
@@ -165,6 +184,8 @@ class Registry:
         retention: timedelta | float | None = None,
         history_events_warn: int = 0,
         history_events_max: int = 0,
+        execution_timeout: timedelta | float | None = None,
+        run_timeout: timedelta | float | None = None,
     ) -> F | Callable[[F], F]:
         """Register an ``async def`` workflow; usable bare or as ``@workflow(name=...)``.
 
@@ -178,7 +199,10 @@ class Registry:
         this long after it ended (overrides the namespace's ``retention_ms``).
         ``history_events_warn``/``history_events_max``: one generation's history sizes at
         which ``ctx.continue_as_new_suggested`` turns True and the instance fails
-        (override the settings of the same names; 0: the setting's)."""
+        (override the settings of the same names; 0: the setting's).
+        ``execution_timeout``/``run_timeout`` (a timedelta or seconds): the instance ends
+        TIMED_OUT when its whole chain of runs (across continue-as-new), or one run, has
+        not ended this long after it began (a start's own values win)."""
 
         def register(f: F) -> F:
             self.add_workflow(
@@ -191,6 +215,8 @@ class Registry:
                 retention=retention,
                 history_events_warn=history_events_warn,
                 history_events_max=history_events_max,
+                execution_timeout=execution_timeout,
+                run_timeout=run_timeout,
             )
             return f
 
@@ -240,6 +266,8 @@ class Registry:
         retention: timedelta | float | None = None,
         history_events_warn: int = 0,
         history_events_max: int = 0,
+        execution_timeout: timedelta | float | None = None,
+        run_timeout: timedelta | float | None = None,
     ) -> WorkflowDefinition:
         """Register ``fn`` as a workflow (the non-decorator form)."""
         name = name or getattr(fn, "__name__", "")
@@ -267,6 +295,8 @@ class Registry:
             default,
             _retention_ms(name, retention),
             *_history_events(name, history_events_warn, history_events_max),
+            _timeout_ms(name, "execution_timeout", execution_timeout),
+            _timeout_ms(name, "run_timeout", run_timeout),
         )
         self._check_default(definition)
         self._workflows[(name, version)] = definition
@@ -464,6 +494,8 @@ def workflow(
     retention: timedelta | float | None = None,
     history_events_warn: int = 0,
     history_events_max: int = 0,
+    execution_timeout: timedelta | float | None = None,
+    run_timeout: timedelta | float | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -479,6 +511,8 @@ def workflow(
     retention: timedelta | float | None = None,
     history_events_warn: int = 0,
     history_events_max: int = 0,
+    execution_timeout: timedelta | float | None = None,
+    run_timeout: timedelta | float | None = None,
 ) -> F | Callable[[F], F]:
     """Register an ``async def wf(ctx, input)`` workflow in :data:`default_registry`."""
     if fn is not None:
@@ -492,6 +526,8 @@ def workflow(
         retention=retention,
         history_events_warn=history_events_warn,
         history_events_max=history_events_max,
+        execution_timeout=execution_timeout,
+        run_timeout=run_timeout,
     )
 
 

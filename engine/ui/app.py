@@ -124,7 +124,7 @@ class _Api:
             return _error(
                 403,
                 "actions are off: start the dashboard with --allow-actions (and --token) to "
-                "raise events, terminate, suspend, resume or purge from it",
+                "raise events, terminate, cancel, suspend, resume or purge from it",
             )
         if self.token is not None:
             given = request.headers.get(TOKEN_HEADER, "")

@@ -70,6 +70,7 @@ def _moved(before: InstanceStatus, now: InstanceStatus | None) -> bool:
 ACTIONS: dict[str, Seen] = {
     "raise-event": _moved,
     "terminate": _ended,
+    "cancel": _moved,
     "suspend": _suspended,
     "resume": _resumed,
     "purge": _purged,
@@ -222,6 +223,8 @@ class DashboardSource:
         if action == "terminate":
             recursive = bool(body.get("recursive"))
             return lambda i: client.terminate(i, reason, recursive=recursive)
+        if action == "cancel":
+            return lambda i: client.cancel(i, reason)
         if action == "suspend":
             return lambda i: client.suspend(i, reason)
         if action == "resume":

@@ -131,6 +131,46 @@ def test_the_async_client_raises_the_same_errors(engine: RunningEngine) -> None:
     asyncio.run(scenario())
 
 
+def test_a_cancel_lets_the_instance_clean_up_and_end_cancelled(
+    engine: RunningEngine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = engine.client
+    instance = new_id("cancel")
+    handle = client.start("t.cleans_up", None, instance_id=instance)
+    answer = handle.cancel("not needed any more")
+    assert answer is not None and answer.result is CommandResult.ACCEPTED
+    state = client.wait_for_completion(instance, WAIT)
+    assert state.status is RuntimeStatus.CANCELLED
+    assert state.failure is not None and state.failure.message == "not needed any more"
+    assert state.custom_status == "cleaned up"  # its clean-up ran, a durable sleep included
+    flags = ["--bootstrap-servers", engine.bootstrap, "--namespace", engine.namespace]
+    capsys.readouterr()
+    assert main(["cancel", instance, *flags]) == EXIT_REFUSED
+    assert "CANCELLED" in capsys.readouterr().err
+    with pytest.raises(InstanceNotFoundError):
+        client.cancel(new_id("nobody"))
+
+    async def through_the_async_client() -> None:
+        async with AsyncClient(settings=engine.settings) as async_client:
+            other = await async_client.start("t.cleans_up", None, instance_id=new_id("ac"))
+            await other.cancel("from asyncio")
+            done = await async_client.wait_for_completion(str(other), WAIT)
+            assert done.status is RuntimeStatus.CANCELLED
+
+    asyncio.run(through_the_async_client())
+
+
+def test_a_run_timeout_ends_the_instance_timed_out(engine: RunningEngine) -> None:
+    client = engine.client
+    instance = new_id("timeout")
+    client.start("t.wait_event", None, instance_id=instance, run_timeout=0.5)
+    state = client.wait_for_completion(instance, WAIT)
+    assert state.status is RuntimeStatus.TIMED_OUT
+    assert state.failure is not None and "run_timeout" in state.failure.message
+    with pytest.raises(InstanceNotRunningError, match="TIMED_OUT"):
+        client.raise_event(instance, "go")
+
+
 def test_no_answer_without_a_processor_times_out_with_advice(engine: RunningEngine) -> None:
     settings = engine.settings
     # a namespace whose topics exist but no processor reads them

@@ -241,6 +241,11 @@ def test_each_action_is_confirmed_by_the_status_it_changes(engine: RunningEngine
         assert "refused" in str(late["error"]) and "TERMINATED" in str(late["error"])
         # so is resuming one that ended
         assert "TERMINATED" in str(act(child, "resume", status=409)["error"])
+        # a cancel: the code cleans up and the instance ends CANCELLED
+        tidy = client.start("t.cleans_up", None, instance_id=f"c-{uuid.uuid4().hex}")
+        client.wait_for_start(str(tidy), timeout=60)
+        assert act(str(tidy), "cancel", reason="from the dashboard")["outcome"] == "observed"
+        assert client.wait_for_completion(str(tidy), timeout=60).status.value == "CANCELLED"
         assert act(parent, "purge")["outcome"] == "observed"
         # the dashboard saw the tombstone; this client's own view reads it a moment later
         wait_until(lambda: client.get(parent) is None, timeout=30, what="the purge")

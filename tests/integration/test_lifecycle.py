@@ -183,7 +183,7 @@ def test_request_cancel_lets_the_child_clean_up_when_the_parent_completes(
     engine.client.raise_event(parent, "finish")
     assert engine.client.wait_for_completion(parent, WAIT).status is RuntimeStatus.COMPLETED
     child = engine.client.wait_for_completion(f"{parent}:kid0", WAIT)
-    assert child.status is RuntimeStatus.FAILED
+    assert child.status is RuntimeStatus.CANCELLED
     assert child.failure is not None and child.failure.type == "CancelledError"
     assert child.custom_status == "cleaned up"
 

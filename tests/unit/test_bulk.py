@@ -70,6 +70,17 @@ def test_terminate_every_running_instance_of_a_workflow(env: TestEngine, tmp_pat
     assert env.get("quick-0").status is RuntimeStatus.COMPLETED  # type: ignore[union-attr]
 
 
+def test_cancel_every_running_instance_of_a_workflow(env: TestEngine, tmp_path: Path) -> None:
+    ids = _start(env, 3)
+    spec = JobSpec("cancel", BulkFilter((RuntimeStatus.RUNNING,), name="idle"), "wind down")
+    summary = _job(env, tmp_path, spec).run(_statuses(env), 30)
+    assert (summary.matched, summary.sent, summary.applied, summary.timed_out) == (3, 3, 3, 0)
+    env.run()
+    states = [env.get(i) for i in ids]
+    assert {s.status for s in states if s is not None} == {RuntimeStatus.CANCELLED}
+    assert {s.failure.message for s in states if s is not None and s.failure} == {"wind down"}
+
+
 def test_a_job_resumes_after_its_saved_position(env: TestEngine, tmp_path: Path) -> None:
     ids = _start(env, 6)
     spec = JobSpec("suspend", BulkFilter((RuntimeStatus.RUNNING,)))

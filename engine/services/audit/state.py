@@ -56,7 +56,11 @@ __all__ = [
 ]
 
 _HASH_SIZE = 32
-_NOT_STARTED = frozenset({RuntimeStatus.PENDING, RuntimeStatus.TERMINATED, RuntimeStatus.PARKED})
+#: Statuses a row may have without history of its run: terminated or cancelled before
+#: its scheduled start.
+_NOT_STARTED = frozenset(
+    {RuntimeStatus.PENDING, RuntimeStatus.TERMINATED, RuntimeStatus.CANCELLED, RuntimeStatus.PARKED}
+)
 _LIVE = frozenset({RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED})
 
 

@@ -40,6 +40,7 @@ from typing import Any, Protocol, TextIO
 from engine.core.errors import CommandTimeoutError, ConfigurationError
 from engine.core.history import RuntimeStatus
 from engine.core.messages import (
+    CancelWorkflow,
     CommandOutcome,
     CommandResult,
     InstanceStatus,
@@ -79,6 +80,11 @@ def _operation(name: str) -> Callable[[Callable[[str, JobSpec, str], Message]], 
 @_operation("terminate")
 def _terminate(instance_id: str, spec: JobSpec, rid: str) -> Message:
     return TerminateWorkflow(instance_id, spec.reason, False, rid)
+
+
+@_operation("cancel")
+def _cancel(instance_id: str, spec: JobSpec, rid: str) -> Message:
+    return CancelWorkflow(instance_id, spec.reason, rid)
 
 
 @_operation("suspend")

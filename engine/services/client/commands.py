@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Generic, Self, TypeVar
 
 from engine.core.errors import InstanceFailedError
 from engine.core.history import RuntimeStatus
 from engine.core.messages import (
+    CancelWorkflow,
     CommandOutcome,
     IdReusePolicy,
     PurgeWorkflow,
@@ -82,6 +83,8 @@ def start_command(
     tags: dict[str, str] | None = None,
     version: str = "",
     concurrency_key: str = "",
+    execution_timeout: timedelta | float | None = None,
+    run_timeout: timedelta | float | None = None,
 ) -> StartWorkflow:
     """The StartWorkflow record :meth:`CommandMethods.start` sends (a fresh id without
     ``instance_id``); bad arguments fail here, before anything is written."""
@@ -95,7 +98,22 @@ def start_command(
         scheduled_start_ms=None if start_at is None else _epoch_ms(start_at),
         tags=checked_tags(tags),
         concurrency_key=_concurrency_key(concurrency_key),
+        execution_timeout_ms=_timeout_ms("execution_timeout", execution_timeout),
+        run_timeout_ms=_timeout_ms("run_timeout", run_timeout),
     )
+
+
+def _timeout_ms(what: str, value: timedelta | float | None) -> int:
+    """A start's workflow timeout in ms (0: the workflow's own, if any)."""
+    if value is None:
+        return 0
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+        raise ValueError(
+            f"{what} must be a timedelta or a number of seconds > 0, got {value!r}; leave it "
+            f"out to use the workflow's own"
+        )
+    return max(1, round(seconds * 1000))
 
 
 def reset_command(
@@ -199,6 +217,10 @@ class WorkflowHandle(InstanceHandle, Generic[R]):
     def terminate(self, reason: str = "", recursive: bool = False, **options: Any) -> Outcome:
         return self._client.terminate(self, reason, recursive, **options)
 
+    def cancel(self, reason: str = "", **options: Any) -> Outcome:
+        """See :meth:`CommandMethods.cancel`."""
+        return self._client.cancel(self, reason, **options)
+
     def suspend(self, reason: str = "", **options: Any) -> CommandOutcome | None:
         return self._client.suspend(self, reason, **options)
 
@@ -264,6 +286,8 @@ class CommandMethods:
         tags: dict[str, str] | None = None,
         version: str = "",
         concurrency_key: str = "",
+        execution_timeout: timedelta | float | None = None,
+        run_timeout: timedelta | float | None = None,
         flush: bool = True,
         wait: bool = True,
     ) -> WorkflowHandle[Any]:
@@ -278,6 +302,9 @@ class CommandMethods:
         queued (call :meth:`flush` after a batch) and not waited for. ``concurrency_key``
         counts it against the workflow's ``max_concurrency_per_key``: over the limit it
         waits, in order, as PENDING (the answer is BUFFERED) until a slot frees.
+        ``execution_timeout``/``run_timeout`` (a timedelta or seconds) override the
+        workflow's own: the instance ends TIMED_OUT when its chain of runs, or one run, has
+        not ended that long after it began.
         """
         client = self._command_client()
         command = start_command(
@@ -291,6 +318,8 @@ class CommandMethods:
             tags=tags,
             version=version,
             concurrency_key=concurrency_key,
+            execution_timeout=execution_timeout,
+            run_timeout=run_timeout,
         )
         outcome = client.send(command, flush=flush, wait=wait and flush)
         result = None if isinstance(workflow, str) else return_type(workflow)
@@ -385,6 +414,21 @@ class CommandMethods:
     ) -> Outcome:
         """End the instance TERMINATED (``recursive``: its running children too)."""
         command = TerminateWorkflow(instance_id, reason, recursive, request_id_or_new(request_id))
+        return self._command_client().send(command, wait=wait)
+
+    def cancel(
+        self,
+        instance_id: str,
+        reason: str = "",
+        *,
+        request_id: str | None = None,
+        wait: bool = True,
+    ) -> Outcome:
+        """Ask the instance to stop and clean up: every fiber of its code gets
+        ``asyncio.CancelledError`` at its current ``await`` (its ``finally`` blocks run and
+        may still await activities); it ends CANCELLED if the code lets the error propagate
+        and runs on if it catches it. :meth:`terminate` is the hard stop."""
+        command = CancelWorkflow(instance_id, reason, request_id_or_new(request_id))
         return self._command_client().send(command, wait=wait)
 
     def suspend(

@@ -66,7 +66,8 @@ def is_started(status: InstanceStatus) -> bool:
 
 
 def is_completed(status: InstanceStatus) -> bool:
-    """The instance ended: COMPLETED, FAILED or TERMINATED (not CONTINUED_AS_NEW)."""
+    """The instance ended: COMPLETED, FAILED, TERMINATED, CANCELLED or TIMED_OUT (not
+    CONTINUED_AS_NEW)."""
     return status.status.is_terminal
 
 
@@ -325,7 +326,7 @@ class InstanceState:
 
     @property
     def is_completed(self) -> bool:
-        """Whether the instance ended (COMPLETED, FAILED or TERMINATED)."""
+        """Whether the instance ended (COMPLETED, FAILED, TERMINATED, CANCELLED, TIMED_OUT)."""
         return self.raw.status.is_terminal
 
     @property

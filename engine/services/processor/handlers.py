@@ -73,6 +73,7 @@ from engine.services.processor import (
     schedules,
     slots,
     spans,
+    timeouts,
 )
 from engine.services.processor.batch import Batch
 from engine.services.processor.command_outcomes import (
@@ -260,6 +261,7 @@ def begin(b: Batch, item: Loaded, msg: StartWorkflow, now_ms: int) -> None:
     for event in pending.unexpired(b, meta, now_ms):
         item.inbox.append(Inbound(EventRaised(event.name, event.input)))
     meta.pending_events = []
+    timeouts.arm_at_begin(b, meta, msg, now_ms)
     b.save(meta)
 
 
@@ -434,7 +436,34 @@ def on_terminate(b: Batch, msg: TerminateWorkflow, now_ms: int) -> Verdict:
 
 
 def on_cancel(b: Batch, msg: CancelWorkflow, now_ms: int) -> None:
+    """A client's cancel (it has a request id: answered) or a parent's REQUEST_CANCEL
+    policy (none: delivered if the child still runs, else ignored)."""
+    if msg.request_id:
+        _answered_cancel(b, msg, now_ms)
+        return
     _deliver(b, msg, Inbound(ExecutionCancelRequested(msg.reason)))
+
+
+def on_cancel_command(b: Batch, msg: CancelWorkflow, now_ms: int) -> Verdict:
+    """The code sees ``CancelledError`` in its next turn (a suspended instance when it is
+    resumed); one whose start is still scheduled ends CANCELLED at once."""
+    item = b.load(msg.instance_id)
+    meta = item.meta
+    refusal = _not_live(msg, meta)
+    if refusal is not None:
+        return refusal
+    if meta.status is RuntimeStatus.PENDING:
+        _cancel_scheduled_start(b, meta)
+        meta.status = RuntimeStatus.CANCELLED
+        meta.failure = FailureDetails("CancelledError", msg.reason or "cancelled", "", False)
+        meta.last_updated_ms = now_ms
+        b.save(meta)
+        return accepted("cancelled before its scheduled start")
+    item.inbox.append(Inbound(ExecutionCancelRequested(msg.reason)))
+    return accepted()
+
+
+_answered_cancel = answered(on_cancel_command)
 
 
 def on_suspend(b: Batch, msg: SuspendWorkflow, now_ms: int) -> Verdict:
@@ -573,6 +602,9 @@ def fire_timer(b: Batch, timer: keys.TimerKey, now_ms: int) -> None:
         return
     if timer.task_id == backlog.WAKE_TIMER:
         backlog.woken(b, item, timer)  # one of an older generation is simply done
+        return
+    if timer.task_id in timeouts.TIMERS:
+        timeouts.fire(b, item, timer)  # an execution timeout outlives its generation
         return
     if timer.generation != meta.generation:
         b.counters.reject("TimerFired")

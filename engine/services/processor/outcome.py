@@ -56,6 +56,7 @@ from engine.services.processor import (
     pending,
     runs,
     spans,
+    timeouts,
 )
 from engine.services.processor.batch import Batch
 from engine.services.processor.history_rows import pack_rows
@@ -92,6 +93,7 @@ def _step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
     if inbox is None:
         return  # parked: the events wait for its retry
     meta = item.meta
+    generation = meta.generation
     b.counters.turns += 1
     refused = b.quarantined(meta.instance_id)
     if refused is not None:
@@ -119,6 +121,7 @@ def _step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
             handler(b, item, action, now_ms)
     cancels.after_turn(b, item, inbox, result)  # workers stop what it no longer waits for
     _refresh_meta(item, now_ms)
+    timeouts.arm_new_run(b, meta, generation, now_ms)
     b.save(meta)
     backlog.after_turn(b, item, now_ms)
     if meta.status is not None and meta.status.is_terminal:

@@ -64,6 +64,7 @@ from engine.services.processor import (
     requeued,
     runs,
     slots,
+    timeouts,
 )
 from engine.services.processor.batch import Batch
 from engine.services.processor.command_outcomes import (
@@ -481,6 +482,7 @@ def _open(
     meta.unserved = ""
     meta.created_ms = meta.last_updated_ms = now_ms
     item.execution = execution
+    timeouts.arm_reset_run(b, meta, now_ms)
     b.save(meta)
 
 

@@ -1,6 +1,6 @@
 """Retention: the processor purges finished instances itself, a set time after they end.
 
-When a batch ends an instance (COMPLETED, FAILED, TERMINATED), :func:`arm_ended` sets a
+When a batch ends an instance (COMPLETED, FAILED, TERMINATED, ...), :func:`arm_ended` sets a
 timer (task id :data:`RETENTION_TIMER`, for the instance's generation) at the end plus the
 retention: the workflow's own ``@workflow(retention=...)``, else the namespace's
 ``retention_ms`` setting (0: kept until purged). When it fires and the instance is still

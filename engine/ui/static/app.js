@@ -102,7 +102,7 @@ function actionForms(id, refresh) {
   const recursive = el("input", { type: "checkbox", id: "recursive" });
   const buttons = el("form", { class: "action", id: "commands", onsubmit: (e) => e.preventDefault() },
     el("label", {}, "reason", reason), el("label", {}, "recursive", recursive),
-    ...["terminate", "suspend", "resume", "purge"].map((a) => el("button", { type: "button", "data-action": a,
+    ...["terminate", "cancel", "suspend", "resume", "purge"].map((a) => el("button", { type: "button", "data-action": a,
       onclick: () => send(a, { reason: reason.value, recursive: recursive.checked }) }, a)));
   return el("section", {}, el("h2", {}, "Actions"), ev, buttons, outcome);
 }

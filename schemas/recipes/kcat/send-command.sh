@@ -26,7 +26,7 @@ if [ "$kind" = start ]; then
         \"version\": \"\", \"reuse_policy\": \"ERROR_IF_RUNNING\", \"request_id\": \"$request_id\",
         \"scheduled_start_ms\": null, \"tags\": {}, \"parent_instance_id\": null,
         \"parent_generation\": null, \"parent_task_id\": null, \"concurrency_key\": \"\",
-        \"parent_run_id\": \"\"}}"
+        \"parent_run_id\": \"\", \"execution_timeout_ms\": 0, \"run_timeout_ms\": 0}}"
 else
     body="{\"io.turnstile.command.RaiseEvent\": {\"name\": \"$name\", \"input\": $payload,
         \"request_id\": \"$request_id\"}}"

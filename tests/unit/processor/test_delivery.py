@@ -340,7 +340,7 @@ def test_parent_close_request_cancel_lets_the_child_clean_up(slow_env: TestEngin
     env.raise_event("pc-2", "finish")
     env.wait_for_completion("pc-2")
     state = env.wait_for_completion("pc-2:kid0", timeout=60)
-    assert state.status is RuntimeStatus.FAILED
+    assert state.status is RuntimeStatus.CANCELLED
     assert state.failure is not None and state.failure.type == "CancelledError"
     assert state.custom_status == "cleaning up"
     kinds = [type(e.body).__name__ for e in env.history("pc-2:kid0")]
@@ -403,7 +403,7 @@ def test_a_child_that_loses_a_when_any_under_request_cancel_cleans_up(
     env.advance(3)  # the timer wins; the child is asked to cancel and cleans up
     assert child_state(env, "pc-10") == (RuntimeStatus.RUNNING, None)
     state = env.get("pc-10:kid")
-    assert state is not None and state.status is RuntimeStatus.FAILED
+    assert state is not None and state.status is RuntimeStatus.CANCELLED
     assert state.failure is not None and state.failure.type == "CancelledError"
     assert state.custom_status == "cleaning up"
 
