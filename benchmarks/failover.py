@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import harness
-from common import REPO, emit, git_commit, host_info, median, progress
+from common import emit, git_commit, host_info, median, progress
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from engine.adapters.kafka.config import consumer_config, expected_partition
@@ -68,27 +66,8 @@ class Params:
 def _processor(
     settings: Settings, work_dir: Path, replica_id: str, liveness: bool
 ) -> harness.EngineProcess:
-    command = [
-        harness.PYTHON, "-m", "engine", "run", "processor",
-        "--module", MODULE,
-        "--bootstrap-servers", settings.bootstrap_servers,
-        "--namespace", settings.namespace,
-        "--partitions", str(settings.partitions),
-        "--replica-id", replica_id,
-        "--state-dir", str(work_dir / replica_id),
-        "--log-level", "INFO",
-    ]  # fmt: skip
-    log_path = work_dir / f"{replica_id}.log"
-    log = log_path.open("wb")
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "TURNSTILE_LIVENESS_INTERVAL_MS": "500" if liveness else "0",
-    }
-    popen = subprocess.Popen(
-        command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env
-    )
-    return harness.EngineProcess(f"processor {replica_id}", popen, log_path, log)
+    env = {"TURNSTILE_LIVENESS_INTERVAL_MS": "500" if liveness else "0"}
+    return harness.spawn("processor", settings, MODULE, work_dir, replica_id=replica_id, env=env)
 
 
 def _owned(proc: harness.EngineProcess, timeout: float = 120.0) -> set[int]:

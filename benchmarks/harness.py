@@ -152,9 +152,11 @@ def spawn(
     extra: list[str] | None = None,
     cpu: int | None = None,
     replica_id: str = "processor-0",
+    env: dict[str, str] | None = None,
 ) -> EngineProcess:
     """Start ``python -m engine run <role>`` for the settings' namespace; optionally pinned
-    to one CPU. A processor runs as ``replica_id`` (a second replica needs another id)."""
+    to one CPU. A processor runs as ``replica_id`` (a second replica needs another id);
+    ``env`` adds to the environment (``TURNSTILE_*`` settings)."""
     command = [
         PYTHON, "-m", "engine", "run", role,
         "--module", module,
@@ -172,9 +174,14 @@ def spawn(
     name = role if replica_id == "processor-0" else replica_id
     log_path = work_dir / f"{name}.log"
     log = log_path.open("wb")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    environment = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     popen = subprocess.Popen(
-        command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env
+        command,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=environment,
     )
     if cpu is not None and cpu < (os.cpu_count() or 1):
         os.sched_setaffinity(popen.pid, {cpu})
