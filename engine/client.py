@@ -402,6 +402,14 @@ class AsyncClient:
         """As :meth:`Client.query`."""
         return await asyncio.to_thread(self.sync.query, instance_id, name, *args, timeout=timeout)
 
+    async def complete_activity(self, token: str, result: Any = None) -> None:
+        """As :meth:`Client.complete_activity`."""
+        await asyncio.to_thread(self.sync.complete_activity, token, result)
+
+    async def fail_activity(self, token: str, error: BaseException | str) -> None:
+        """As :meth:`Client.fail_activity`."""
+        await asyncio.to_thread(self.sync.fail_activity, token, error)
+
     async def create_schedule(
         self, name: str, workflow: Any, input: Any = None, **options: Any
     ) -> CommandOutcome | None:

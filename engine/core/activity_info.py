@@ -18,13 +18,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from engine.core.errors import ActivityCancelledError, TurnstileError
 from engine.core.messages import ActivityTask
 from engine.core.payloads import Payload, from_payload, to_payload
+from engine.core.task_tokens import TaskToken
 
 __all__ = [
+    "ActivityCompletesLater",
     "ActivityContext",
     "AttemptControl",
     "activity_scope",
@@ -33,6 +35,13 @@ __all__ = [
     "in_activity",
     "is_cancelled",
 ]
+
+
+class ActivityCompletesLater(Exception):
+    """Raised by :meth:`ActivityContext.complete_later`: the attempt stays open after the
+    activity body returns, and whoever holds its task token finishes it with
+    ``Client.complete_activity`` or ``Client.fail_activity``. The worker reports nothing
+    for the attempt (it only commits the task); let it propagate."""
 
 
 class AttemptControl:
@@ -121,6 +130,25 @@ class ActivityContext:
         """The details of the previous attempt's last heartbeat (None on a first attempt
         or when it sent none): the checkpoint to resume from."""
         return from_payload(self.task.heartbeat_details)
+
+    @property
+    def task_token(self) -> str:
+        """The opaque string naming this attempt, for :meth:`complete_later`: hand it to
+        whoever finishes the attempt (``Client.complete_activity(token, result)``)."""
+        t = self.task
+        return TaskToken(t.instance_id, t.run_id, t.generation, t.task_id, t.attempt).encode()
+
+    def complete_later(self) -> NoReturn:
+        """End the activity body without finishing the attempt: the worker reports no
+        result, and the holder of :attr:`task_token` finishes it, exactly once, with
+        ``Client.complete_activity`` or ``Client.fail_activity`` from any process. Hand the
+        token out first; this raises :class:`ActivityCompletesLater`, so nothing after the
+        call runs. The worker's start-to-close and heartbeat timeouts end with the body:
+        name ``start_to_close`` (the workflow's own timer) or ``schedule_to_close`` on the
+        call to bound how long the workflow waits."""
+        raise ActivityCompletesLater(
+            f"activity {self.name!r} completes later, by task token; let this propagate"
+        )
 
     def heartbeat(self, details: Any = None) -> None:
         """Report progress (``details``: a JSON-encodable checkpoint, kept for the next

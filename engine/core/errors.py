@@ -37,6 +37,7 @@ works where Python code expects it)::
     |   +-- UnknownSchemaError
     |   +-- MalformedRecordError
     +-- InstanceError
+    |   +-- StaleTaskTokenError
     |   +-- CommandRefusedError
     |       +-- InstanceNotFoundError
     |       +-- InstanceAlreadyExistsError
@@ -68,6 +69,7 @@ works where Python code expects it)::
     +-- HistoryIntegrityError
     +-- InvalidTagsError (also ValueError)
     +-- InvalidPageTokenError (also ValueError)
+    +-- InvalidTaskTokenError (also ValueError)
     +-- PublishError
     +-- SchemaRegistryError
 
@@ -272,6 +274,13 @@ class MalformedRecordError(CodecError):
 
 class InstanceError(TurnstileError):
     """An operation on a workflow instance was refused."""
+
+
+class StaleTaskTokenError(InstanceError):
+    """A task token whose attempt can no longer be finished by it: its instance is unknown
+    or ended, or a later run of the id is current. Refused by the client before anything
+    is sent; a token of an earlier attempt of a running call is dropped by the processor
+    instead (see the how-to on completing activities from outside)."""
 
 
 class CommandRefusedError(InstanceError):
@@ -480,6 +489,11 @@ class InvalidTagsError(TurnstileError, ValueError):
 
 class InvalidPageTokenError(TurnstileError, ValueError):
     """A ``page_token`` that no list page handed out (mangled, or from another tool)."""
+
+
+class InvalidTaskTokenError(TurnstileError, ValueError):
+    """A task token that no activity handed out (mangled, truncated, or another string):
+    pass the exact string ``current_activity().task_token`` returned."""
 
 
 # --- Kafka integration: publishing from workflows, triggers -------------------------------

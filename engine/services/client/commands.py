@@ -37,8 +37,10 @@ from engine.core.messages import (
 )
 from engine.core.payloads import from_payload, to_payload
 from engine.core.tags import checked_tags
+from engine.core.task_tokens import TaskToken
 from engine.core.typed import convert, return_type
 from engine.runtime.registry import Registry
+from engine.services.client.completions import completion, failure_of
 from engine.services.client.outcomes import raise_for_refusal
 from engine.services.client.workflow_client import InstanceState, WorkflowClient
 
@@ -525,3 +527,29 @@ class CommandMethods:
         wait_s = client.outcome_timeout_s if timeout is None else timeout
         outcome = raise_for_refusal(client.answer(command.request_id, future, wait_s))
         return from_payload(outcome.output)
+
+    # --- activities that complete later (engine.services.client.completions) ---------------
+
+    def complete_activity(self, token: str, result: Any = None) -> None:
+        """Finish the attempt ``token`` names (``current_activity().task_token`` of an
+        activity that called ``complete_later()``) with ``result`` (a JSON value, dataclass
+        or pydantic model), as its worker would have; from any process, at most once.
+
+        Raises ``InvalidTaskTokenError`` for a string that is no task token and
+        ``StaleTaskTokenError`` when the instance is unknown, has ended or moved on to
+        another run or generation. A second completion of the same attempt, or one of an
+        attempt already retried, is dropped by the processor (it logs why)."""
+        token_id = _token_instance(token)
+        self._command_client().send(completion(token, self.get(token_id), result))
+
+    def fail_activity(self, token: str, error: BaseException | str) -> None:
+        """Fail the attempt ``token`` names, as if the activity had raised ``error`` (an
+        exception, whose ``non_retryable`` decides, or a message: a retryable failure); the
+        call's retry policy decides what follows. Refusals as :meth:`complete_activity`."""
+        failure = failure_of(error)
+        token_id = _token_instance(token)
+        self._command_client().send(completion(token, self.get(token_id), failure=failure))
+
+
+def _token_instance(token: str) -> str:
+    return TaskToken.decode(token).instance_id

@@ -43,7 +43,8 @@ INSTANCE_MESSAGE_TYPES: frozenset[type[Message]] = frozenset(
 def accepted_kinds(topics: TopicNames) -> dict[str, frozenset[type[Message]]]:
     """The record kinds each input topic may carry."""
     return {
-        topics.commands: frozenset((*COMMAND_TYPES, *ENGINE_COMMAND_TYPES)),
+        # ActivityResult: an attempt finished by task token (services/client/completions.py)
+        topics.commands: frozenset((*COMMAND_TYPES, *ENGINE_COMMAND_TYPES, ActivityResult)),
         topics.activity_results: frozenset({ActivityResult}),
         topics.instance_messages: INSTANCE_MESSAGE_TYPES,
     }

@@ -31,6 +31,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from engine.codec import decode_message, encode_message
+from engine.core.activity_info import ActivityCompletesLater
 from engine.core.errors import CodecError, TurnstileError
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.messages import ActivityCancel, ActivityResult, ActivityTask
@@ -121,11 +122,14 @@ class Completion:
 
     @property
     def outcome(self) -> str:
-        """``success``, ``timeout``, ``cancelled`` or ``failure``: the metrics' result label."""
+        """``success``, ``timeout``, ``cancelled``, ``later`` (``complete_later()``: the
+        holder of its task token finishes it) or ``failure``: the metrics' result label."""
         if self.failure is None:
             return "success"
         if self.failure.type == CANCELLED_TYPE:
             return "cancelled"
+        if self.failure.type == LATER_TYPE:
+            return "later"
         return "timeout" if self.failure.type in _TIMEOUT_TYPES else "failure"
 
     def result(self) -> ActivityResult:
@@ -168,6 +172,9 @@ def _log_failed_attempt(c: Completion) -> None:
 
 
 _TIMEOUT_TYPES = frozenset({"TimeoutError", TIMEOUT_TYPE})
+#: The failure type of an attempt whose body called ``complete_later()`` (also from a child
+#: process, where the exception arrives as its type name).
+LATER_TYPE = ActivityCompletesLater.__name__
 
 
 class ActivityObserver(Protocol):
@@ -258,7 +265,7 @@ _BACKLOG_BYTES = 64 * 2**20
 
 #: What ``Worker.stats`` counts: tasks taken, results, failures, dead letters, expired
 #: (past schedule-to-start), unserved and cancelled tasks.
-_STATS = ("tasks", "results", "failures", "dead", "expired", "unserved", "cancelled")
+_STATS = ("tasks", "results", "failures", "dead", "expired", "unserved", "cancelled", "later")
 
 #: The header that counts how often a task went back to its queue unserved.
 REQUEUES_HEADER = "turnstile-requeues"
@@ -699,9 +706,9 @@ class Worker:
         if not self.offsets.is_current(c.partition, c.epoch):
             log.info("dropping the result of %s: its partition moved", c.task.attempt_label)
             return None
-        if c.outcome == "cancelled":  # the workflow stopped waiting: nothing to report
+        if c.outcome in ("cancelled", "later"):  # nothing to report (yet, for "later")
             self.offsets.done(c.partition, c.offset, c.epoch)
-            self.stats["cancelled"] += 1
+            self.stats[c.outcome] += 1
             return None
         self.stats["results"] += 1
         if c.failure is not None:

@@ -1,0 +1,59 @@
+"""Completing an activity by task token on the real broker: the worker leaves the attempt
+open, another process completes it with its own client, and a second completion from
+there is refused as stale."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests import complete_later_workflows as lw
+from tests.engine_harness import REPO_ROOT, RunningEngine, running_engine, wait_until
+
+pytestmark = pytest.mark.kafka
+
+MODULES = ["tests.complete_later_workflows"]
+
+#: What the other process runs: complete the attempt, then try the same token again.
+COMPLETE = """
+import sys
+from engine.client import Client
+from engine.core.errors import StaleTaskTokenError
+from engine.core.task_tokens import TaskToken
+bootstrap, namespace, token = sys.argv[1:]
+with Client(bootstrap, namespace) as client:
+    client.complete_activity(token, "approved")
+    client.wait_for_completion(TaskToken.decode(token).instance_id, timeout=60)
+    try:
+        client.complete_activity(token, "rejected")
+    except StaleTaskTokenError as refused:
+        print("refused:", refused)
+"""
+
+
+def _complete_elsewhere(engine: RunningEngine, token: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", COMPLETE, engine.bootstrap, engine.namespace, token],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_another_process_completes_the_attempt_exactly_once(kafka_bootstrap: str) -> None:
+    with running_engine(kafka_bootstrap, workers=1, modules=MODULES) as engine:
+        instance = engine.client.start("later.pay", "invoice 9")
+        wait_until(lambda: bool(lw.tokens.get(instance)), what="the activity's task token")
+        state = engine.client.get(instance)
+        assert state is not None and state.status.value == "RUNNING"
+        printed = _complete_elsewhere(engine, lw.tokens[instance][0])
+        final = engine.wait_for_completion(instance)
+    assert final.output == "invoice 9: approved"
+    assert "refused:" in printed and "COMPLETED" in printed
+    assert lw.tokens[instance] == [lw.tokens[instance][0]]  # one attempt, no retry
