@@ -20,6 +20,7 @@ from typing import Protocol
 from engine import __version__
 from engine.cli import (
     SubParsers,
+    activity_cmds,
     audit_cmds,
     client_cmds,
     demo,
@@ -62,6 +63,7 @@ COMMAND_MODULES: tuple[CommandModule, ...] = (
     processor_cmd,
     worker_cmd,
     client_cmds,
+    activity_cmds,
     versions_cmd,
     schedule_cmds,
     repair_cmds,

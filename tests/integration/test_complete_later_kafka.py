@@ -57,3 +57,31 @@ def test_another_process_completes_the_attempt_exactly_once(kafka_bootstrap: str
     assert final.output == "invoice 9: approved"
     assert "refused:" in printed and "COMPLETED" in printed
     assert lw.tokens[instance] == [lw.tokens[instance][0]]  # one attempt, no retry
+
+
+def _cli(engine: RunningEngine, *argv: str) -> subprocess.CompletedProcess[str]:
+    common = ["--bootstrap-servers", engine.bootstrap, "--namespace", engine.namespace]
+    return subprocess.run(
+        [sys.executable, "-m", "engine", "activity", *argv, *common],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_cli_fails_the_attempt_and_refuses_a_damaged_token(kafka_bootstrap: str) -> None:
+    with running_engine(kafka_bootstrap, workers=1, modules=MODULES) as engine:
+        instance = engine.client.start("later.pay", "invoice 10")
+        wait_until(lambda: bool(lw.tokens.get(instance)), what="the activity's task token")
+        token = lw.tokens[instance][0]
+        damaged = _cli(engine, "complete", token[:-4], "--result", '"approved"')
+        assert damaged.returncode == 1 and "damaged" in damaged.stderr
+        failed = _cli(engine, "fail", token, "--error", "rejected", "--non-retryable")
+        assert failed.returncode == 0, failed.stderr
+        final = engine.wait_for_completion(instance)
+        again = _cli(engine, "complete", token, "--result", '"approved"')
+    assert final.status.value == "FAILED"
+    assert final.failure is not None and "rejected" in final.failure.message
+    assert again.returncode == 1 and "FAILED" in again.stderr
