@@ -21,6 +21,10 @@ def quick(x: int) -> list[object]:
     return [x * 2, current_activity().idempotency_key, os.getpid()]
 
 
+def later(x: int) -> None:
+    current_activity().complete_later()
+
+
 def boom(x: int) -> None:
     raise ValueError(f"bad {x}")
 

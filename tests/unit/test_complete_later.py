@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from engine import Registry, RetryPolicy, WorkflowContext
-from engine.codec import decode_message
+from engine.codec import decode_message, encode_message
 from engine.core.activity_info import current_activity
 from engine.core.errors import (
     ActivityFailedError,
@@ -18,9 +18,12 @@ from engine.core.errors import (
     StaleTaskTokenError,
 )
 from engine.core.history import RuntimeStatus
-from engine.core.messages import ActivityResult
+from engine.core.messages import ActivityResult, ActivityTask
+from engine.core.payloads import to_payload
 from engine.core.task_tokens import TaskToken
+from engine.services.worker.worker import Outbound, TaskRecord, Worker
 from engine.testing import TestEngine
+from tests import process_activities
 
 app = Registry()
 #: The task tokens the approval activity handed out, in order.
@@ -120,3 +123,28 @@ def test_tokens_round_trip() -> None:
     token = TaskToken("orders/ü 1", "r-1", 3, 12, 4)
     assert TaskToken.decode(token.encode()) == token
     assert token.encode().startswith("tt1.")
+
+
+def test_two_completions_of_one_attempt_apply_once() -> None:
+    with TestEngine(app) as env:
+        token = _waiting(env, "race")
+        env.complete_activity(token, "first")
+        env.complete_activity(token, "second")  # both written before either is applied
+        final = env.wait_for_completion("race")
+    assert final.output == {"decision": "first"}
+
+
+@pytest.mark.parametrize("executor", ["thread", "process"])
+def test_the_worker_writes_nothing_for_an_attempt_that_completes_later(executor: str) -> None:
+    reg = Registry()
+    reg.add_activity(process_activities.later, name="later")
+    worker = Worker(reg, source_topic="t.activity-tasks", concurrency=2, executor=executor)
+    worker.assigned([0])
+    task = ActivityTask("i", 0, 1, 1, "later", to_payload(1))
+    worker.accept([TaskRecord(0, 0, b"i", encode_message(task), 0)])
+    out: list[Outbound] = []
+    while worker.stats["later"] == 0:
+        out.extend(worker.collect(0.05))
+    out.extend(worker.collect(0.05))
+    assert out == [] and worker.stats["results"] == 0 and worker.stats["failures"] == 0
+    assert worker.offsets.to_commit() == {0: 1}
