@@ -1,14 +1,17 @@
 """Completing an activity by task token on the real broker: the worker leaves the attempt
-open, another process completes it with its own client, and a second completion from
-there is refused as stale."""
+open, another process completes it with its own client (and a second completion from
+there is refused as stale), the CLI fails it, and the async client fails an attempt and
+completes its retry."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 
 import pytest
 
+from engine.client import AsyncClient
 from tests import complete_later_workflows as lw
 from tests.engine_harness import REPO_ROOT, RunningEngine, running_engine, wait_until
 
@@ -85,3 +88,20 @@ def test_the_cli_fails_the_attempt_and_refuses_a_damaged_token(kafka_bootstrap: 
     assert final.status.value == "FAILED"
     assert final.failure is not None and "rejected" in final.failure.message
     assert again.returncode == 1 and "FAILED" in again.stderr
+
+
+def test_the_async_client_fails_and_then_completes_the_retry(kafka_bootstrap: str) -> None:
+    async def finish(engine: RunningEngine, instance: str) -> None:
+        async with AsyncClient(settings=engine.settings) as client:
+            await client.fail_activity(lw.tokens[instance][0], "not yet")
+            await asyncio.to_thread(
+                wait_until, lambda: len(lw.tokens[instance]) == 2, what="the retry's token"
+            )
+            await client.complete_activity(lw.tokens[instance][1], "approved")
+
+    with running_engine(kafka_bootstrap, workers=1, modules=MODULES) as engine:
+        instance = engine.client.start("later.pay", "invoice 11")
+        wait_until(lambda: bool(lw.tokens.get(instance)), what="the activity's task token")
+        asyncio.run(finish(engine, instance))
+        final = engine.wait_for_completion(instance)
+    assert final.output == "invoice 11: approved"
