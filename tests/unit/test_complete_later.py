@@ -134,11 +134,17 @@ def test_two_completions_of_one_attempt_apply_once() -> None:
     assert final.output == {"decision": "first"}
 
 
-@pytest.mark.parametrize("executor", ["thread", "process"])
+async def later_async(x: int) -> None:
+    current_activity().complete_later()
+
+
+@pytest.mark.parametrize("executor", ["thread", "process", "async"])
 def test_the_worker_writes_nothing_for_an_attempt_that_completes_later(executor: str) -> None:
     reg = Registry()
-    reg.add_activity(process_activities.later, name="later")
-    worker = Worker(reg, source_topic="t.activity-tasks", concurrency=2, executor=executor)
+    fn: Any = later_async if executor == "async" else process_activities.later
+    reg.add_activity(fn, name="later")
+    kind = "thread" if executor == "async" else executor
+    worker = Worker(reg, source_topic="t.activity-tasks", concurrency=2, executor=kind)
     worker.assigned([0])
     task = ActivityTask("i", 0, 1, 1, "later", to_payload(1))
     worker.accept([TaskRecord(0, 0, b"i", encode_message(task), 0)])
