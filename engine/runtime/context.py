@@ -385,6 +385,13 @@ class WorkflowContext:
         else:
             self._gen.set_update_handler(name, update_handler(name, fn, validator))
 
+    def all_updates_finished(self) -> bool:
+        """Whether every update accepted in this generation has finished. A generation
+        that ends (returns, continues as new) leaves unfinished updates unanswered by the
+        code, so wait for this first: ``await ctx.wait_condition(ctx.all_updates_finished)``.
+        The updates of a turn are accepted before the code runs, so none slips past."""
+        return None not in self._gen.update_ids.values()
+
     def set_custom_status(self, value: Any) -> None:
         """Publish a small JSON value with the instance's metadata."""
         self._gen.set_custom_status(_payload(value))

@@ -5,9 +5,12 @@ same from the recorded updates."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from runtime_harness import Sim
 
 from engine import Registry, WorkflowContext
@@ -148,3 +151,77 @@ def test_suspended_and_ended_instances_refuse_updates() -> None:
     reasons = [r.reason for r in sim.rejected()]
     assert "suspended" in reasons[0] and "has ended (COMPLETED)" in reasons[1]
     assert not sim.bodies(UpdateAccepted)
+
+
+# --- interleaving updates, events and continue-as-new -------------------------------------
+
+
+@reg.workflow
+async def rounds(ctx: WorkflowContext, state: dict[str, Any]) -> int:
+    """Adds what updates bring; an event "next" continues as new once no update runs."""
+    total: dict[str, int] = {"value": state["total"]}
+
+    async def add(n: int) -> int:
+        total["value"] += await ctx.call_activity(double, n)
+        await ctx.sleep(n % 3)
+        return total["value"]
+
+    ctx.set_update_handler("add", add, validator=lambda n: None if n >= 0 else 1 / 0)
+    command = await ctx.wait_for_event("command")
+    await ctx.wait_condition(ctx.all_updates_finished)
+    if command == "stop":
+        return total["value"]
+    ctx.continue_as_new({"total": total["value"]})
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("update"), st.sampled_from(["a", "b", "c", "d"]), st.integers(-1, 5)),
+        st.tuples(st.just("next"), st.none(), st.none()),
+        st.tuples(st.just("run"), st.none(), st.none()),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(OPS, st.booleans(), st.randoms(use_true_random=False))
+def test_every_accepted_update_completes_exactly_once_or_is_still_pending(
+    ops: list[tuple[str, Any, Any]], cold: bool, rng: random.Random
+) -> None:
+    sim = Sim(reg, cold=cold, rng=rng, max_batch=3)
+    sim.start("rounds", {"total": 0})
+    for op, update_id, n in ops:
+        if op == "update":
+            _update(sim, update_id, "add", n)
+        elif op == "next":
+            sim.raise_event("wf-1", "command", "next")
+        else:
+            sim.run()
+    sim.run(timers=False)
+    accepted: dict[tuple[int, str], int] = {}
+    completed: dict[tuple[int, str], int] = {}
+    for event in sim.history():
+        body = event.body
+        if type(body) is UpdateAccepted:
+            key = (event.generation, body.update_id)
+            accepted[key] = accepted.get(key, 0) + 1
+            assert from_payload(body.input) >= 0  # the validator let no negative one in
+        elif type(body) is UpdateCompleted:
+            key = (event.generation, body.update_id)
+            completed[key] = completed.get(key, 0) + 1
+    assert set(accepted.values()) <= {1}  # de-duplicated by update id
+    assert set(completed.values()) <= {1} and set(completed) <= set(accepted)
+    gen = sim.execution().current_generation
+    assert gen is not None
+    pending = {(gen.number, uid) for uid, done in gen.update_ids.items() if done is None}
+    assert set(accepted) == set(completed) | pending
+    sim.run()  # with the timers: every pending update finishes
+    sim.raise_event("wf-1", "command", "stop")
+    sim.run()
+    assert sim.status() is RuntimeStatus.COMPLETED
+    finished = [e for e in sim.history() if type(e.body) is UpdateCompleted]
+    assert len(finished) == len(sim.bodies(UpdateAccepted))
+    replayed = WorkflowExecution(reg, "wf-1")
+    replayed.replay(sim.history())
+    assert replayed.status is RuntimeStatus.COMPLETED
