@@ -402,6 +402,10 @@ class AsyncClient:
         """As :meth:`Client.query`."""
         return await asyncio.to_thread(self.sync.query, instance_id, name, *args, timeout=timeout)
 
+    async def update(self, instance_id: str, name: str, arg: Any = None, **options: Any) -> Any:
+        """As :meth:`Client.update`."""
+        return await asyncio.to_thread(self.sync.update, instance_id, name, arg, **options)
+
     async def create_schedule(
         self, name: str, workflow: Any, input: Any = None, **options: Any
     ) -> CommandOutcome | None:
@@ -516,3 +520,7 @@ class AsyncWorkflowHandle(InstanceHandle, Generic[R]):
     async def query(self, name: str, *args: Any, timeout: float | None = None) -> Any:
         """As :meth:`WorkflowHandle.query`."""
         return await self._client.query(self, name, *args, timeout=timeout)
+
+    async def update(self, name: str, arg: Any = None, **options: Any) -> Any:
+        """As :meth:`WorkflowHandle.update`."""
+        return await self._client.update(self, name, arg, **options)

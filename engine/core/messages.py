@@ -183,6 +183,19 @@ class QueryWorkflow(Message):
     request_id: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class UpdateWorkflow(Message):
+    """Ask an instance's update handler ``name`` to run with the argument ``input`` (a
+    JSON value). ``request_id`` is the update id: a retry with the same id gets the first
+    answer. Answered (on command-outcomes, the handler's value in ``output``) when the
+    handler finishes, possibly turns later; a rejection writes no history."""
+
+    KIND: ClassVar[str] = "UpdateWorkflow"
+    name: str = ""
+    input: Payload | None = None
+    request_id: str = ""
+
+
 COMMAND_TYPES: tuple[type[Message], ...] = (
     StartWorkflow,
     RaiseEvent,
@@ -194,6 +207,7 @@ COMMAND_TYPES: tuple[type[Message], ...] = (
     ResetWorkflow,
     QueryWorkflow,
     CancelWorkflow,
+    UpdateWorkflow,
 )
 
 
@@ -269,6 +283,7 @@ COMMAND_BODY_TYPES: tuple[type[Message], ...] = (
     ResetWorkflow,
     RerunFrom,
     QueryWorkflow,
+    UpdateWorkflow,
 )
 """Every branch of the Command union, in the union's order (a new kind goes last); the
 commands topic accepts only COMMAND_TYPES."""

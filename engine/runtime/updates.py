@@ -28,7 +28,11 @@ from engine.runtime.cancel import is_cancelled
 from engine.runtime.fastjson import decode, encode
 from engine.runtime.generation import Generation, UpdateHandler
 
-__all__ = ["UpdateTarget", "on_update_accepted", "update_handler", "update_names"]
+#: How the refusal of an unknown update name begins (the processor answers it
+#: ``UnknownUpdateError``, every other refusal ``UpdateRejectedError``).
+UNKNOWN_UPDATE = "the workflow has no update"
+
+__all__ = ["UNKNOWN_UPDATE", "UpdateTarget", "on_update_accepted", "update_handler", "update_names"]
 
 
 class UpdateTarget(Protocol):
@@ -73,7 +77,7 @@ def _refusal(ex: UpdateTarget, gen: Generation, body: UpdateAccepted) -> str | N
         return f"update {body.update_id!r} was already accepted"
     if body.name not in gen.updates:
         known = ", ".join(repr(n) for n in update_names(gen)) or "none"
-        return f"the workflow has no update {body.name!r} (its updates: {known})"
+        return f"{UNKNOWN_UPDATE} {body.name!r} (its updates: {known})"
     return None
 
 

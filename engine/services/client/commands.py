@@ -34,6 +34,7 @@ from engine.core.messages import (
     StartWorkflow,
     SuspendWorkflow,
     TerminateWorkflow,
+    UpdateWorkflow,
 )
 from engine.core.payloads import from_payload, to_payload
 from engine.core.tags import checked_tags
@@ -237,6 +238,10 @@ class WorkflowHandle(InstanceHandle, Generic[R]):
     def query(self, name: str, *args: Any, timeout: float | None = None) -> Any:
         """See :meth:`CommandMethods.query`."""
         return self._client.query(self, name, *args, timeout=timeout)
+
+    def update(self, name: str, arg: Any = None, **options: Any) -> Any:
+        """See :meth:`CommandMethods.update` (``update_id``, ``timeout``, ``result_type``)."""
+        return self._client.update(self, name, arg, **options)
 
 
 def result_of(state: InstanceState, result_type: Any) -> Any:
@@ -525,3 +530,35 @@ class CommandMethods:
         wait_s = client.outcome_timeout_s if timeout is None else timeout
         outcome = raise_for_refusal(client.answer(command.request_id, future, wait_s))
         return from_payload(outcome.output)
+
+    def update(
+        self,
+        instance_id: str,
+        name: str,
+        arg: Any = None,
+        *,
+        update_id: str | None = None,
+        timeout: float | None = None,
+        result_type: Any = None,
+    ) -> Any:
+        """Run the instance's update handler ``name`` (``ctx.set_update_handler``) with
+        ``arg`` (a JSON value) and return what it returns (converted to ``result_type``
+        if given).
+
+        Its validator runs first: a rejection records nothing and raises
+        ``UpdateRejectedError`` (also for a parked, suspended or ended instance, with the
+        reason), an unknown name ``UnknownUpdateError`` listing the known ones. An
+        accepted update is recorded and its handler may await activities and timers; if
+        it raises, ``UpdateFailedError``. ``update_id`` (default: a new one) de-duplicates:
+        a retry with the same id gets the first answer. ``CommandTimeoutError`` after
+        ``timeout`` seconds (default: the client's answer timeout); retry with the same
+        ``update_id`` to keep waiting."""
+        client = self._command_client()
+        command = UpdateWorkflow(instance_id, name, to_payload(arg), request_id_or_new(update_id))
+        future = client.send_expecting(command)
+        client.flush()
+        if future is None:
+            raise RuntimeError("this client reads no command outcomes, so it cannot update")
+        wait_s = client.outcome_timeout_s if timeout is None else timeout
+        outcome = raise_for_refusal(client.answer(command.request_id, future, wait_s))
+        return convert(from_payload(outcome.output), result_type)

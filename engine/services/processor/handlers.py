@@ -53,6 +53,7 @@ from engine.core.messages import (
     StartWorkflow,
     SuspendWorkflow,
     TerminateWorkflow,
+    UpdateWorkflow,
 )
 from engine.core.payloads import Payload
 from engine.core.schedules import SCHEDULE_PREFIX
@@ -74,6 +75,7 @@ from engine.services.processor import (
     slots,
     spans,
     timeouts,
+    updates,
 )
 from engine.services.processor.batch import Batch
 from engine.services.processor.command_outcomes import (
@@ -661,4 +663,5 @@ MESSAGE_HANDLERS: dict[type[Message], MessageHandler] = {
     ResetWorkflow: reset.on_reset_command,
     RerunFrom: reset.on_rerun_from,
     QueryWorkflow: queries.on_query,
+    UpdateWorkflow: updates.on_update,
 }

@@ -1,0 +1,121 @@
+"""Updates through TestEngine: the handler's result comes back to the caller, a rejection
+writes no history and comes back as a typed error, an accepted update is journaled and may
+await activities (timers: tests/unit/runtime/test_runtime_updates.py), and a retry with the
+same update id gets the first answer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from engine import Registry, WorkflowContext
+from engine.core.errors import (
+    InstanceNotFoundError,
+    UnknownUpdateError,
+    UpdateFailedError,
+    UpdateRejectedError,
+)
+from engine.core.history import UpdateAccepted, UpdateCompleted
+from engine.testing import TestEngine
+
+app = Registry()
+
+
+@dataclass
+class Receipt:
+    item: str
+    count: int
+
+
+@app.activity(name="reserve")
+def reserve(item: str) -> str:
+    return f"reserved {item}"
+
+
+@app.workflow(name="basket")
+async def basket(ctx: WorkflowContext, owner: str) -> list[str]:
+    items: list[str] = []
+
+    def not_empty(item: str) -> None:
+        if not item:
+            raise ValueError("an item needs a name")
+
+    async def add(item: str) -> dict[str, object]:
+        items.append(await ctx.call_activity(reserve, item))
+        return {"item": items[-1], "count": len(items)}
+
+    def broken(_: object) -> None:
+        raise RuntimeError("out of stock")
+
+    ctx.set_update_handler("add", add, validator=not_empty)
+    ctx.set_update_handler("broken", broken)
+    await ctx.wait_for_event("checkout")
+    await ctx.wait_condition(ctx.all_updates_finished)
+    return items
+
+
+def _kinds(env: TestEngine, run: str) -> list[str]:
+    return [type(e.body).__name__ for e in env.history(run)]
+
+
+def test_an_update_returns_the_handlers_result_after_awaiting_an_activity() -> None:
+    with TestEngine(app) as env:
+        run = env.start("basket", "ada")
+        env.run()
+        assert run.update("add", "book") == {"item": "reserved book", "count": 1}
+        receipt = env.update(run, "add", "pen", result_type=Receipt)
+        assert receipt == Receipt("reserved pen", 2)
+        kinds = _kinds(env, run)
+        assert kinds.count("UpdateAccepted") == 2 and kinds.count("UpdateCompleted") == 2
+        env.raise_event(run, "checkout")
+        env.run()
+        assert run.result() == ["reserved book", "reserved pen"]
+
+
+def test_a_rejected_or_unknown_update_writes_no_history_and_says_why() -> None:
+    with TestEngine(app) as env:
+        run = env.start("basket", "ada")
+        env.run()
+        before = _kinds(env, run)
+        with pytest.raises(UpdateRejectedError, match="an item needs a name"):
+            run.update("add", "")
+        with pytest.raises(UnknownUpdateError, match=r"its updates: 'add', 'broken'"):
+            run.update("remove", "book")
+        assert _kinds(env, run) == before
+        with pytest.raises(InstanceNotFoundError):
+            env.update("nobody", "add", "book")
+
+
+def test_a_failing_handler_is_answered_with_its_error_and_journaled() -> None:
+    with TestEngine(app) as env:
+        run = env.start("basket", "ada")
+        env.run()
+        with pytest.raises(UpdateFailedError, match="RuntimeError: out of stock"):
+            run.update("broken")
+        failed = [e.body for e in env.history(run) if type(e.body) is UpdateCompleted]
+        assert failed[0].failure is not None
+
+
+def test_a_retry_with_the_same_update_id_gets_the_first_answer_and_runs_once() -> None:
+    with TestEngine(app) as env:
+        run = env.start("basket", "ada")
+        env.run()
+        first = run.update("add", "book", update_id="u-1")
+        assert run.update("add", "book", update_id="u-1") == first
+        accepted = [e.body for e in env.history(run) if type(e.body) is UpdateAccepted]
+        assert [a.update_id for a in accepted] == ["u-1"]
+
+
+def test_suspended_and_ended_instances_refuse_updates_with_the_reason() -> None:
+    with TestEngine(app) as env:
+        run = env.start("basket", "ada")
+        env.run()
+        run.suspend("hold")
+        with pytest.raises(UpdateRejectedError, match="SUSPENDED: resume it"):
+            run.update("add", "book")
+        run.resume()
+        env.raise_event(run, "checkout")
+        env.run()
+        with pytest.raises(UpdateRejectedError, match="COMPLETED: only a running one"):
+            run.update("add", "book")
