@@ -83,10 +83,29 @@ def answer_rejected(b: Batch, item: Loaded, result: TurnResult, now_ms: int) -> 
 
 
 def answer_finished(b: Batch, item: Loaded, result: TurnResult, now_ms: int) -> None:
-    """Answer every update whose handler finished in the recorded turn."""
+    """Answer every update whose handler finished in the recorded turn, and, when the
+    turn ended the generation (the instance ended or continued as new), every update
+    whose handler had not finished: it never will, so its caller gets UpdateFailedError."""
+    instance_id = item.meta.instance_id
     for event in result.new_events:
         if type(event.body) is UpdateCompleted:
-            answer_completed(b, item.meta.instance_id, event.body, now_ms)
+            answer_completed(b, instance_id, event.body, now_ms)
+    if result.status in _LIVE or item.execution is None:
+        return
+    gen = item.execution.current_generation
+    if gen is None:
+        return
+    for update_id, done in gen.update_ids.items():
+        if done is None:
+            reason = (
+                f"update {update_id!r} did not finish: the workflow ended "
+                f"{result.status.value} first (wait for ctx.all_updates_finished() before "
+                f"ending)"
+            )
+            _send(b, instance_id, update_id, refused(errors.UpdateFailedError, reason), now_ms)
+
+
+_LIVE = frozenset({RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED})
 
 
 def answer_completed(b: Batch, instance_id: str, done: UpdateCompleted, now_ms: int) -> None:

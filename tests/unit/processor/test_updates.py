@@ -119,3 +119,23 @@ def test_suspended_and_ended_instances_refuse_updates_with_the_reason() -> None:
         env.run()
         with pytest.raises(UpdateRejectedError, match="COMPLETED: only a running one"):
             run.update("add", "book")
+
+
+@app.workflow(name="hasty")
+async def hasty(ctx: WorkflowContext, _: object) -> str:
+    async def slow(item: str) -> str:
+        return await ctx.call_activity(reserve, item)
+
+    ctx.set_update_handler("slow", slow)
+    await ctx.wait_for_event("go")
+    return "done"  # without waiting for ctx.all_updates_finished()
+
+
+def test_an_update_the_workflow_ends_without_finishing_is_answered_failed() -> None:
+    with TestEngine(app) as env:
+        run = env.start("hasty")
+        env.run()
+        env.raise_event(run, "go", wait=False)  # the same turn as the update
+        with pytest.raises(UpdateFailedError, match="ended COMPLETED first"):
+            run.update("slow", "book")
+        assert run.result() == "done"
