@@ -124,7 +124,8 @@ def test_suspended_and_ended_instances_refuse_updates_with_the_reason() -> None:
 @app.workflow(name="hasty")
 async def hasty(ctx: WorkflowContext, _: object) -> str:
     async def slow(item: str) -> str:
-        return await ctx.call_activity(reserve, item)
+        reserved: str = await ctx.call_activity(reserve, item)
+        return reserved
 
     ctx.set_update_handler("slow", slow)
     await ctx.wait_for_event("go")
