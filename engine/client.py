@@ -406,6 +406,10 @@ class AsyncClient:
         """As :meth:`Client.update`."""
         return await asyncio.to_thread(self.sync.update, instance_id, name, arg, **options)
 
+    async def update_with_start(self, workflow: Any, input: Any = None, **options: Any) -> Any:
+        """As :meth:`Client.update_with_start`."""
+        return await asyncio.to_thread(self.sync.update_with_start, workflow, input, **options)
+
     async def create_schedule(
         self, name: str, workflow: Any, input: Any = None, **options: Any
     ) -> CommandOutcome | None:

@@ -196,6 +196,24 @@ class UpdateWorkflow(Message):
     request_id: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class UpdateWithStart(Message):
+    """Start the instance unless it runs, then run update ``update_name`` on it, in one
+    command: the start's turn runs first (so the code sets its handlers), the update right
+    after it. ``request_id`` is the update id; ``reuse_policy`` judges an existing
+    instance as for :class:`SignalWithStart`. Answered like :class:`UpdateWorkflow`."""
+
+    KIND: ClassVar[str] = "UpdateWithStart"
+    name: str = ""
+    input: Payload | None = None
+    version: str = ""
+    request_id: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
+    update_name: str = ""
+    update_input: Payload | None = None
+    reuse_policy: IdReusePolicy = IdReusePolicy.IGNORE_IF_RUNNING
+
+
 COMMAND_TYPES: tuple[type[Message], ...] = (
     StartWorkflow,
     RaiseEvent,
@@ -208,6 +226,7 @@ COMMAND_TYPES: tuple[type[Message], ...] = (
     QueryWorkflow,
     CancelWorkflow,
     UpdateWorkflow,
+    UpdateWithStart,
 )
 
 
@@ -284,6 +303,7 @@ COMMAND_BODY_TYPES: tuple[type[Message], ...] = (
     RerunFrom,
     QueryWorkflow,
     UpdateWorkflow,
+    UpdateWithStart,
 )
 """Every branch of the Command union, in the union's order (a new kind goes last); the
 commands topic accepts only COMMAND_TYPES."""

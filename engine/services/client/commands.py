@@ -34,6 +34,7 @@ from engine.core.messages import (
     StartWorkflow,
     SuspendWorkflow,
     TerminateWorkflow,
+    UpdateWithStart,
     UpdateWorkflow,
 )
 from engine.core.payloads import from_payload, to_payload
@@ -553,8 +554,48 @@ class CommandMethods:
         a retry with the same id gets the first answer. ``CommandTimeoutError`` after
         ``timeout`` seconds (default: the client's answer timeout); retry with the same
         ``update_id`` to keep waiting."""
-        client = self._command_client()
         command = UpdateWorkflow(instance_id, name, to_payload(arg), request_id_or_new(update_id))
+        return self._send_update(command, timeout, result_type)
+
+    def update_with_start(
+        self,
+        workflow: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        instance_id: str,
+        update: str,
+        arg: Any = None,
+        update_id: str | None = None,
+        version: str = "",
+        tags: dict[str, str] | None = None,
+        reuse_policy: IdReusePolicy = IdReusePolicy.IGNORE_IF_RUNNING,
+        timeout: float | None = None,
+        result_type: Any = None,
+    ) -> Any:
+        """Start a run of ``workflow`` with ``input`` unless the instance lives, then run
+        its update handler ``update`` with ``arg``, in one command, and return what the
+        handler returns (as :meth:`update`). The start's first turn runs before the
+        update, so the code has set its handlers. ``reuse_policy`` judges an existing
+        instance as for :meth:`signal_with_start` (the default updates a live one and
+        replaces an ended one); its refusals are raised as for ``start``."""
+        client = self._command_client()
+        command = UpdateWithStart(
+            instance_id=instance_id,
+            name=client.registry.workflow_name(workflow),
+            input=None if input is None else to_payload(input),
+            version=version,
+            request_id=request_id_or_new(update_id),
+            tags=checked_tags(tags),
+            update_name=update,
+            update_input=to_payload(arg),
+            reuse_policy=IdReusePolicy(reuse_policy),
+        )
+        return self._send_update(command, timeout, result_type)
+
+    def _send_update(
+        self, command: UpdateWorkflow | UpdateWithStart, timeout: float | None, result_type: Any
+    ) -> Any:
+        client = self._command_client()
         future = client.send_expecting(command)
         client.flush()
         if future is None:

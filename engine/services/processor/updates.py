@@ -23,7 +23,13 @@ from engine.services.processor.batch import Batch
 from engine.services.processor.command_outcomes import Verdict, accepted, refused, send_outcome
 from engine.services.processor.state import Loaded
 
-__all__ = ["answer_completed", "answer_finished", "answer_rejected", "on_update"]
+__all__ = [
+    "answer_completed",
+    "answer_finished",
+    "answer_rejected",
+    "on_update",
+    "send_refusal",
+]
 
 KIND = UpdateWorkflow.KIND
 
@@ -115,6 +121,11 @@ def answer_completed(b: Batch, instance_id: str, done: UpdateCompleted, now_ms: 
         return
     reason = f"update {done.update_id!r} failed: {failure.type}: {failure.message}"
     _send(b, instance_id, done.update_id, refused(errors.UpdateFailedError, reason), now_ms)
+
+
+def send_refusal(b: Batch, instance_id: str, update_id: str, verdict: Verdict, now_ms: int) -> None:
+    """Answer an update-with-start whose start half was refused."""
+    _send(b, instance_id, update_id, verdict, now_ms)
 
 
 def _send(

@@ -140,3 +140,26 @@ def test_an_update_the_workflow_ends_without_finishing_is_answered_failed() -> N
         with pytest.raises(UpdateFailedError, match="ended COMPLETED first"):
             run.update("slow", "book")
         assert run.result() == "done"
+
+
+def test_update_with_start_starts_the_instance_and_updates_it_in_one_command() -> None:
+    with TestEngine(app) as env:
+        first = env.update_with_start(
+            "basket", "ada", instance_id="b-1", update="add", arg="book", update_id="u-1"
+        )
+        assert first == {"item": "reserved book", "count": 1}
+        again = env.update_with_start("basket", "ada", instance_id="b-1", update="add", arg="pen")
+        assert again == {"item": "reserved pen", "count": 2}  # the live run, not a new one
+        assert _kinds(env, "b-1").count("ExecutionStarted") == 1
+        with pytest.raises(UpdateRejectedError, match="an item needs a name"):
+            env.update_with_start("basket", "bo", instance_id="b-2", update="add", arg="")
+        assert env.get("b-2") is not None  # the start stands; the update was rejected
+        env.raise_event("b-1", "checkout")
+        env.run()
+        assert env.wait_for_completion("b-1").status.value == "COMPLETED"
+
+
+def test_an_update_sent_in_the_batch_that_starts_the_instance_waits_for_its_first_turn() -> None:
+    with TestEngine(app) as env:
+        run = env.start("basket", "ada", wait=False)
+        assert run.update("add", "book") == {"item": "reserved book", "count": 1}
