@@ -163,3 +163,22 @@ def test_an_update_sent_in_the_batch_that_starts_the_instance_waits_for_its_firs
     with TestEngine(app) as env:
         run = env.start("basket", "ada", wait=False)
         assert run.update("add", "book") == {"item": "reserved book", "count": 1}
+
+
+@app.workflow(name="looper")
+async def looper(ctx: WorkflowContext, n: int) -> int:
+    ctx.set_update_handler("generation", lambda: ctx.generation)
+    await ctx.wait_for_event("next")
+    await ctx.wait_condition(ctx.all_updates_finished)
+    ctx.continue_as_new(n + 1)
+
+
+def test_an_update_after_a_continue_as_new_reaches_the_new_generations_handlers() -> None:
+    with TestEngine(app) as env:
+        run = env.start("looper", 0)
+        env.run()
+        assert run.update("generation") == 0
+        env.raise_event(run, "next", wait=False)  # the same batch: the old generation takes it
+        assert run.update("generation") == 0
+        # the next generation has not begun yet: it begins before this update is offered
+        assert run.update("generation") == 1
