@@ -182,3 +182,24 @@ def test_an_update_after_a_continue_as_new_reaches_the_new_generations_handlers(
         assert run.update("generation") == 0
         # the next generation has not begun yet: it begins before this update is offered
         assert run.update("generation") == 1
+
+
+@app.workflow(name="buggy")
+async def buggy(ctx: WorkflowContext, _: object) -> None:
+    ctx.set_update_handler("poke", lambda: "poked")
+    await ctx.wait_for_event("go")
+    raise KeyError("nmae")  # a bug: the instance parks
+
+
+def test_a_parked_instance_refuses_updates_with_the_reason_and_records_nothing() -> None:
+    with TestEngine(app) as env:
+        run = env.start("buggy")
+        env.run()
+        env.raise_event(run, "go")
+        env.run()
+        state = env.get(run)
+        assert state is not None and state.status.value == "PARKED"
+        before = _kinds(env, run)
+        with pytest.raises(UpdateRejectedError, match=r"PARKED \(its code raised KeyError"):
+            run.update("poke")
+        assert _kinds(env, run) == before
