@@ -409,6 +409,13 @@ class AsyncClient:
     async def fail_activity(self, token: str, error: BaseException | str) -> None:
         """As :meth:`Client.fail_activity`."""
         await asyncio.to_thread(self.sync.fail_activity, token, error)
+    async def update(self, instance_id: str, name: str, arg: Any = None, **options: Any) -> Any:
+        """As :meth:`Client.update`."""
+        return await asyncio.to_thread(self.sync.update, instance_id, name, arg, **options)
+
+    async def update_with_start(self, workflow: Any, input: Any = None, **options: Any) -> Any:
+        """As :meth:`Client.update_with_start`."""
+        return await asyncio.to_thread(self.sync.update_with_start, workflow, input, **options)
 
     async def create_schedule(
         self, name: str, workflow: Any, input: Any = None, **options: Any
@@ -524,3 +531,7 @@ class AsyncWorkflowHandle(InstanceHandle, Generic[R]):
     async def query(self, name: str, *args: Any, timeout: float | None = None) -> Any:
         """As :meth:`WorkflowHandle.query`."""
         return await self._client.query(self, name, *args, timeout=timeout)
+
+    async def update(self, name: str, arg: Any = None, **options: Any) -> Any:
+        """As :meth:`WorkflowHandle.update`."""
+        return await self._client.update(self, name, arg, **options)

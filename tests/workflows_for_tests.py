@@ -230,6 +230,26 @@ async def drain(ctx: WorkflowContext, state: dict[str, Any]) -> dict[str, Any]:
     ctx.continue_as_new(state)
 
 
+@workflow(name="t.ledger")
+async def ledger(ctx: WorkflowContext, start: int) -> int:
+    """Takes ``deposit`` updates (validated positive; each awaits the ``t.add`` activity
+    and returns the new balance) until a ``close`` event, then returns the balance."""
+    balance = {"value": start}
+
+    def positive(amount: int) -> None:
+        if amount <= 0:
+            raise ValueError(f"a deposit is positive, not {amount}")
+
+    async def deposit(amount: int) -> int:
+        balance["value"] = await ctx.call_activity(add, {"x": balance["value"], "y": amount})
+        return balance["value"]
+
+    ctx.set_update_handler("deposit", deposit, validator=positive)
+    await ctx.wait_for_event("close")
+    await ctx.wait_condition(ctx.all_updates_finished)
+    return balance["value"]
+
+
 @workflow(name="t.tally")
 async def tally(ctx: WorkflowContext, start: int) -> int:
     """Counts the ``add`` events until ``stop``; queries ``count``, ``plus`` and ``peek``

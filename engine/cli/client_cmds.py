@@ -47,6 +47,7 @@ def register(subparsers: SubParsers) -> None:
     _register_raise(subparsers)
     _register_simple(subparsers)
     _register_query(subparsers)
+    _register_update(subparsers)
     _register_status(subparsers)
     _register_list(subparsers)
     _register_wait(subparsers)
@@ -238,6 +239,45 @@ def _register_query(subparsers: SubParsers) -> None:
 def _query(args: argparse.Namespace) -> int:
     with answering_client(args) as client:
         value = client.query(args.instance_id, args.name, *args.query_args, timeout=args.timeout)
+    print(json.dumps(value))
+    return 0
+
+
+def _register_update(subparsers: SubParsers) -> None:
+    parser = add_command(
+        subparsers,
+        "update",
+        "run a workflow's update handler and print what it returns as JSON (recorded in "
+        "its history; a rejection records nothing)",
+        _update,
+    )
+    parser.add_argument("instance_id", metavar="INSTANCE", help="instance id")
+    parser.add_argument("name", metavar="NAME", help="update name (ctx.set_update_handler)")
+    parser.add_argument(
+        "--arg", dest="update_arg", metavar="JSON", type=json_value, help="the argument as JSON"
+    )
+    parser.add_argument(
+        "--update-id",
+        default=None,
+        help="the update id (default: a new one); sending again with it gets the first answer",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=not_negative,
+        default=30.0,
+        help="seconds to wait for the answer (30); the update may still finish later",
+    )
+
+
+def _update(args: argparse.Namespace) -> int:
+    with answering_client(args) as client:
+        value = client.update(
+            args.instance_id,
+            args.name,
+            args.update_arg,
+            update_id=args.update_id,
+            timeout=args.timeout,
+        )
     print(json.dumps(value))
     return 0
 

@@ -58,6 +58,9 @@ works where Python code expects it)::
     |       +-- RerunTooLargeError
     |       +-- UnknownQueryError
     |       +-- QueryFailedError
+    |       +-- UnknownUpdateError
+    |       +-- UpdateRejectedError
+    |       +-- UpdateFailedError
     +-- ScheduleSpecError (also ValueError)
     +-- WaitTimeoutError
     |   +-- CommandTimeoutError
@@ -440,6 +443,27 @@ class QueryFailedError(CommandRefusedError):
     has not started or cannot be replayed."""
 
     code: ClassVar[str] = "query_failed"
+
+
+class UnknownUpdateError(CommandRefusedError):
+    """An update named no handler the instance set (``ctx.set_update_handler``); the
+    reason lists the names it knows. Nothing was recorded."""
+
+    code: ClassVar[str] = "unknown_update"
+
+
+class UpdateRejectedError(CommandRefusedError):
+    """An update was not accepted: its validator rejected it, or the instance is parked,
+    suspended, ended or not started yet (the reason says which). Nothing was recorded."""
+
+    code: ClassVar[str] = "update_rejected"
+
+
+class UpdateFailedError(CommandRefusedError):
+    """An accepted update's handler raised (the reason carries its error), or the
+    workflow ended before the handler finished. The update is in the history."""
+
+    code: ClassVar[str] = "update_failed"
 
 
 class WaitTimeoutError(TurnstileError):

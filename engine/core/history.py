@@ -368,6 +368,29 @@ class RecordPublished(EventBody):
     avro_schema: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class UpdateAccepted(EventBody):
+    """A client's update passed its validator: its handler runs as a fiber from this turn
+    on. Recorded so that replay starts the same fiber at the same point, and so that a
+    retry with the same ``update_id`` is recognised instead of run twice."""
+
+    KIND: ClassVar[str] = "UpdateAccepted"
+    update_id: str
+    name: str
+    input: Payload | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateCompleted(EventBody):
+    """An accepted update's handler returned (``output``) or raised (``failure``): a
+    decision of the code, answered to the client that sent the update."""
+
+    KIND: ClassVar[str] = "UpdateCompleted"
+    update_id: str
+    output: Payload | None = None
+    failure: FailureDetails | None = None
+
+
 EVENT_TYPES: tuple[type[EventBody], ...] = (
     ExecutionStarted,
     ExecutionCompleted,
@@ -396,6 +419,8 @@ EVENT_TYPES: tuple[type[EventBody], ...] = (
     PatchMarker,
     ExecutionReset,
     RecordPublished,
+    UpdateAccepted,
+    UpdateCompleted,
 )
 
 

@@ -183,6 +183,37 @@ class QueryWorkflow(Message):
     request_id: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class UpdateWorkflow(Message):
+    """Ask an instance's update handler ``name`` to run with the argument ``input`` (a
+    JSON value). ``request_id`` is the update id: a retry with the same id gets the first
+    answer. Answered (on command-outcomes, the handler's value in ``output``) when the
+    handler finishes, possibly turns later; a rejection writes no history."""
+
+    KIND: ClassVar[str] = "UpdateWorkflow"
+    name: str = ""
+    input: Payload | None = None
+    request_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateWithStart(Message):
+    """Start the instance unless it runs, then run update ``update_name`` on it, in one
+    command: the start's turn runs first (so the code sets its handlers), the update right
+    after it. ``request_id`` is the update id; ``reuse_policy`` judges an existing
+    instance as for :class:`SignalWithStart`. Answered like :class:`UpdateWorkflow`."""
+
+    KIND: ClassVar[str] = "UpdateWithStart"
+    name: str = ""
+    input: Payload | None = None
+    version: str = ""
+    request_id: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
+    update_name: str = ""
+    update_input: Payload | None = None
+    reuse_policy: IdReusePolicy = IdReusePolicy.IGNORE_IF_RUNNING
+
+
 COMMAND_TYPES: tuple[type[Message], ...] = (
     StartWorkflow,
     RaiseEvent,
@@ -194,6 +225,8 @@ COMMAND_TYPES: tuple[type[Message], ...] = (
     ResetWorkflow,
     QueryWorkflow,
     CancelWorkflow,
+    UpdateWorkflow,
+    UpdateWithStart,
 )
 
 
@@ -269,6 +302,8 @@ COMMAND_BODY_TYPES: tuple[type[Message], ...] = (
     ResetWorkflow,
     RerunFrom,
     QueryWorkflow,
+    UpdateWorkflow,
+    UpdateWithStart,
 )
 """Every branch of the Command union, in the union's order (a new kind goes last); the
 commands topic accepts only COMMAND_TYPES."""

@@ -25,6 +25,7 @@ from engine.runtime.generation import ContinueAsNewRequested
 from engine.runtime.publishing import publish_request
 from engine.runtime.retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy
 from engine.runtime.tasks import Task, WhenAll, WhenAny, completed_task
+from engine.runtime.updates import update_handler
 
 if TYPE_CHECKING:
     from engine.runtime.generation import Generation
@@ -363,6 +364,33 @@ class WorkflowContext:
         ended instance answers from its last state.
         """
         self._gen.set_query_handler(name, handler)
+
+    def set_update_handler(
+        self,
+        name: str,
+        fn: Callable[..., Any] | None,
+        validator: Callable[..., Any] | None = None,
+    ) -> None:
+        """Answer update ``name`` with ``fn(arg)`` (None removes it).
+
+        An update changes the workflow's state and returns a JSON value to the caller.
+        ``validator(arg)``, if given, runs first, read-only like a query handler: if it
+        raises, the update is rejected and nothing is recorded. An accepted update is
+        recorded in history and ``fn`` runs as a fiber of the instance (it may be async and
+        await activities, timers and events); its return value, or the error it raised,
+        is recorded and answered. A retry with the same update id gets the first answer.
+        """
+        if fn is None:
+            self._gen.set_update_handler(name, None)
+        else:
+            self._gen.set_update_handler(name, update_handler(name, fn, validator))
+
+    def all_updates_finished(self) -> bool:
+        """Whether every update accepted in this generation has finished. A generation
+        that ends (returns, continues as new) leaves unfinished updates unanswered by the
+        code, so wait for this first: ``await ctx.wait_condition(ctx.all_updates_finished)``.
+        The updates of a turn are accepted before the code runs, so none slips past."""
+        return None not in self._gen.update_ids.values()
 
     def set_custom_status(self, value: Any) -> None:
         """Publish a small JSON value with the instance's metadata."""

@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import random
 from collections import OrderedDict, deque
-from collections.abc import Callable, Coroutine
-from dataclasses import replace
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -32,6 +33,7 @@ from engine.core.history import (
     PatchMarker,
     RecordPublished,
     TagsUpserted,
+    UpdateCompleted,
 )
 from engine.core.payloads import Payload
 from engine.core.tags import merged_tags
@@ -64,6 +66,16 @@ QUERY_READ_ONLY = (
     "activities, timers, child workflows or steps, wait, send or publish, continue as new, "
     "or set the custom status or tags (do that in the workflow, or use an event)"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateHandler:
+    """An update's handler and optional validator (``ctx.set_update_handler``), each
+    called with the update's argument if it takes a parameter (with nothing otherwise);
+    ``engine.runtime.updates`` runs them."""
+
+    fn: Callable[..., Any]
+    validator: Callable[..., Any] | None = None
 
 
 class ContinueAsNewRequested(BaseException):
@@ -106,6 +118,8 @@ class Generation:
         "tags",
         "tasks",
         "timers",
+        "update_ids",
+        "updates",
         "uuid_counter",
     )
 
@@ -160,6 +174,11 @@ class Generation:
         #: and ``query_refused`` notes that one was asked for even if the handler caught it.
         self.querying = False
         self.query_refused = False
+        #: The update handlers the code set (``ctx.set_update_handler``), by name.
+        self.updates: dict[str, UpdateHandler] = {}
+        #: Every update accepted in this generation, by update id: None while its handler
+        #: runs, then its ``UpdateCompleted`` (so a retry is answered instead of run again).
+        self.update_ids: dict[str, UpdateCompleted | None] = {}
 
     # --- journaling ---------------------------------------------------------------------------
 
@@ -393,6 +412,35 @@ class Generation:
             self.queries[name] = handler
         else:
             raise TypeError(f"the handler of query {name!r} must be callable, got {handler!r}")
+
+    @contextmanager
+    def read_only(self) -> Iterator[None]:
+        """Refuse every decision while a query handler or an update's validator runs
+        (``refuse`` raises QueryFailedError), and put back the counters reading moves."""
+        closing, task_id, uuids = self.closing, self.next_task_id, self.uuid_counter
+        rng_state = None if self.rng is None else self.rng.getstate()
+        self.closing = self.querying = True
+        self.query_refused = False
+        try:
+            yield
+        finally:
+            self.closing, self.next_task_id, self.uuid_counter = closing, task_id, uuids
+            self.querying = self.query_refused = False
+            if self.rng is not None:
+                if rng_state is None:
+                    self.rng = None
+                else:
+                    self.rng.setstate(rng_state)
+
+    def set_update_handler(self, name: str, handler: UpdateHandler | None) -> None:
+        """Set (or with None remove) the handler of update ``name`` (engine.runtime.updates
+        runs it); not journaled: replay sets it again where the code does."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"an update name is a non-empty string, got {name!r}")
+        if handler is None:
+            self.updates.pop(name, None)
+        else:
+            self.updates[name] = handler
 
     def request_continue_as_new(self, payload: Payload | None) -> None:
         if self.closing:

@@ -29,9 +29,11 @@ from engine.core.history import (
     TaskCompleted,
     TaskFailed,
     TimerFired,
+    UpdateAccepted,
 )
 from engine.runtime.durable import RUNNING, ActivityCall, ChildTask, TimerTask
 from engine.runtime.generation import Generation
+from engine.runtime.updates import on_update_accepted
 
 
 class EventTarget(Protocol):
@@ -233,6 +235,7 @@ INBOUND: dict[type[EventBody], InboundHandler] = {
     ExecutionResumed: on_resumed,
     ExecutionCancelRequested: on_cancel_requested,
     ExecutionReset: on_reset,
+    UpdateAccepted: on_update_accepted,
 }
 """Events the processor may offer to an instance in a turn."""
 

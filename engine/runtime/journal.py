@@ -2,10 +2,11 @@
 
 Every decision the workflow code makes (schedule an activity, run an inline step, start a
 child, create or cancel a timer, send an event, publish a record, set a custom status or
-tags, end) is a *command* event in history. Live, a command is appended with the next
-sequence number. During replay the code runs again and each command it asks for is matched,
-in order, against the command events that the same turn recorded; a difference raises
-:class:`NonDeterminismError` naming the recorded event's sequence number and both sides.
+tags, complete an update, end) is a *command* event in history. Live, a command is appended
+with the next sequence number. During replay the code runs again and each command it asks
+for is matched, in order, against the command events that the same turn recorded; a
+difference raises :class:`NonDeterminismError` naming the recorded event's sequence number
+and both sides.
 
 What counts as a difference: the kind of command always; the task id (which encodes the
 order); an activity's name, input and attempt; an inline step's name; a child workflow's
@@ -44,6 +45,7 @@ from engine.core.history import (
     TaskScheduled,
     TimerCancelled,
     TimerCreated,
+    UpdateCompleted,
 )
 from engine.core.payload_codecs import CHAIN_MARK
 from engine.core.payloads import Payload, same_payload
@@ -68,6 +70,7 @@ DECISION_TYPES: frozenset[type[EventBody]] = frozenset(
         TagsUpserted,
         PatchMarker,
         RecordPublished,
+        UpdateCompleted,
     }
 )
 """Event kinds that workflow code decides (everything else is applied from outside)."""
@@ -131,6 +134,7 @@ _MATCHERS: dict[type[EventBody], Callable[[Any, Any], bool]] = {
     TagsUpserted: _always,
     PatchMarker: lambda a, b: a.patch_id == b.patch_id,
     RecordPublished: _same_publish,
+    UpdateCompleted: lambda a, b: a.update_id == b.update_id,
 }
 
 

@@ -13,8 +13,6 @@ ended generation stay, so an ended instance answers from its last state.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from types import CoroutineType
 from typing import TYPE_CHECKING
 
@@ -24,7 +22,6 @@ from engine.runtime.fastjson import decode, encode
 
 if TYPE_CHECKING:
     from engine.runtime.executor import WorkflowExecution
-    from engine.runtime.generation import Generation
 
 __all__ = ["query_names", "run_query"]
 
@@ -52,7 +49,7 @@ def run_query(execution: WorkflowExecution, name: str, input: Payload | None) ->
     args = [] if input is None else decode(input)
     if not isinstance(args, list):
         raise QueryFailedError("query arguments must be a JSON list (one value per parameter)")
-    with _read_only(gen):
+    with gen.read_only():
         try:
             value = handler(*args)
         except QueryFailedError:
@@ -75,22 +72,3 @@ def run_query(execution: WorkflowExecution, name: str, input: Payload | None) ->
         return encode(value)
     except Exception as exc:
         raise QueryFailedError(f"query handler {name!r} returned no JSON value: {exc}") from exc
-
-
-@contextmanager
-def _read_only(gen: Generation) -> Iterator[None]:
-    """Refuse every decision while the handler runs, and put back what reading moves."""
-    closing, task_id, uuids = gen.closing, gen.next_task_id, gen.uuid_counter
-    rng_state = None if gen.rng is None else gen.rng.getstate()
-    gen.closing = gen.querying = True
-    gen.query_refused = False
-    try:
-        yield
-    finally:
-        gen.closing, gen.next_task_id, gen.uuid_counter = closing, task_id, uuids
-        gen.querying = gen.query_refused = False
-        if gen.rng is not None:
-            if rng_state is None:
-                gen.rng = None
-            else:
-                gen.rng.setstate(rng_state)

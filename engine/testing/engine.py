@@ -103,18 +103,22 @@ class _CommandSink:
 
 class _RunningOutcomes(OutcomeWaiters):
     """The test engine's outcome waits: run the processors (not the clock, not the
-    activities) until the command is answered, as a processor would in the background."""
+    activities) until the command is answered, as a processor would in the background.
+    An answer that waits for activities (an update's handler awaits one) gets whole
+    rounds after that: the activities the batches started run too, the clock still not."""
 
-    def __init__(self, run_once: Callable[[], bool]) -> None:
+    def __init__(self, run_once: Callable[[], bool], run_round: Callable[[], bool]) -> None:
         super().__init__()
         self._run_once = run_once
+        self._run_round = run_round
 
     def wait(
         self, request_id: str, future: Future[CommandOutcome], timeout_s: float, what: str
     ) -> CommandOutcome:
-        for _ in range(MAX_ROUNDS):
-            if future.done() or not self._run_once():
-                break
+        for run in (self._run_once, self._run_round):
+            for _ in range(MAX_ROUNDS):
+                if future.done() or not run():
+                    break
         if not future.done():
             self.forget(request_id)
             raise CommandTimeoutError(f"{what} was not answered: the engine has nothing to run")
@@ -200,7 +204,7 @@ class TestEngine(CommandMethods, ScheduleMethods):
         self._metrics: BatchMetrics = metrics or NoMetrics()
         self._view = StatusView()
         self._view.mark_ready()
-        self._outcomes = _RunningOutcomes(self._run_processors)
+        self._outcomes = _RunningOutcomes(self._run_processors, self.step)
         self._replacements = dict(activities or {})
         self._held = HeldResults(self.clock.now_ms)
         triggers = parse_triggers(base.triggers)  # checked as run processor checks them

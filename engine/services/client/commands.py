@@ -34,6 +34,8 @@ from engine.core.messages import (
     StartWorkflow,
     SuspendWorkflow,
     TerminateWorkflow,
+    UpdateWithStart,
+    UpdateWorkflow,
 )
 from engine.core.payloads import from_payload, to_payload
 from engine.core.tags import checked_tags
@@ -239,6 +241,10 @@ class WorkflowHandle(InstanceHandle, Generic[R]):
     def query(self, name: str, *args: Any, timeout: float | None = None) -> Any:
         """See :meth:`CommandMethods.query`."""
         return self._client.query(self, name, *args, timeout=timeout)
+
+    def update(self, name: str, arg: Any = None, **options: Any) -> Any:
+        """See :meth:`CommandMethods.update` (``update_id``, ``timeout``, ``result_type``)."""
+        return self._client.update(self, name, arg, **options)
 
 
 def result_of(state: InstanceState, result_type: Any) -> Any:
@@ -528,6 +534,77 @@ class CommandMethods:
         outcome = raise_for_refusal(client.answer(command.request_id, future, wait_s))
         return from_payload(outcome.output)
 
+    def update(
+        self,
+        instance_id: str,
+        name: str,
+        arg: Any = None,
+        *,
+        update_id: str | None = None,
+        timeout: float | None = None,
+        result_type: Any = None,
+    ) -> Any:
+        """Run the instance's update handler ``name`` (``ctx.set_update_handler``) with
+        ``arg`` (a JSON value) and return what it returns (converted to ``result_type``
+        if given).
+
+        Its validator runs first: a rejection records nothing and raises
+        ``UpdateRejectedError`` (also for a parked, suspended or ended instance, with the
+        reason), an unknown name ``UnknownUpdateError`` listing the known ones. An
+        accepted update is recorded and its handler may await activities and timers; if
+        it raises, ``UpdateFailedError``. ``update_id`` (default: a new one) de-duplicates:
+        a retry with the same id gets the first answer. ``CommandTimeoutError`` after
+        ``timeout`` seconds (default: the client's answer timeout); retry with the same
+        ``update_id`` to keep waiting."""
+        command = UpdateWorkflow(instance_id, name, to_payload(arg), request_id_or_new(update_id))
+        return self._send_update(command, timeout, result_type)
+
+    def update_with_start(
+        self,
+        workflow: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        instance_id: str,
+        update: str,
+        arg: Any = None,
+        update_id: str | None = None,
+        version: str = "",
+        tags: dict[str, str] | None = None,
+        reuse_policy: IdReusePolicy = IdReusePolicy.IGNORE_IF_RUNNING,
+        timeout: float | None = None,
+        result_type: Any = None,
+    ) -> Any:
+        """Start a run of ``workflow`` with ``input`` unless the instance lives, then run
+        its update handler ``update`` with ``arg``, in one command, and return what the
+        handler returns (as :meth:`update`). The start's first turn runs before the
+        update, so the code has set its handlers. ``reuse_policy`` judges an existing
+        instance as for :meth:`signal_with_start` (the default updates a live one and
+        replaces an ended one); its refusals are raised as for ``start``."""
+        client = self._command_client()
+        command = UpdateWithStart(
+            instance_id=instance_id,
+            name=client.registry.workflow_name(workflow),
+            input=None if input is None else to_payload(input),
+            version=version,
+            request_id=request_id_or_new(update_id),
+            tags=checked_tags(tags),
+            update_name=update,
+            update_input=to_payload(arg),
+            reuse_policy=IdReusePolicy(reuse_policy),
+        )
+        return self._send_update(command, timeout, result_type)
+
+    def _send_update(
+        self, command: UpdateWorkflow | UpdateWithStart, timeout: float | None, result_type: Any
+    ) -> Any:
+        client = self._command_client()
+        future = client.send_expecting(command)
+        client.flush()
+        if future is None:
+            raise RuntimeError("this client reads no command outcomes, so it cannot update")
+        wait_s = client.outcome_timeout_s if timeout is None else timeout
+        outcome = raise_for_refusal(client.answer(command.request_id, future, wait_s))
+        return convert(from_payload(outcome.output), result_type)
     # --- activities that complete later (engine.services.client.completions) ---------------
 
     def complete_activity(self, token: str, result: Any = None) -> None:

@@ -48,6 +48,9 @@ REFUSALS: dict[str, type[CommandRefusedError]] = {
         errors.RerunTooLargeError,
         errors.UnknownQueryError,
         errors.QueryFailedError,
+        errors.UnknownUpdateError,
+        errors.UpdateRejectedError,
+        errors.UpdateFailedError,
     )
 }
 
@@ -86,6 +89,7 @@ _HINTS: dict[type[CommandRefusedError], str] = {
     errors.UnknownQueryError: "use one of the names the workflow sets with ctx.set_query_handler",
     errors.QueryFailedError: "fix the query handler (it must only read the workflow's "
     "state and return JSON)",
+    errors.UnknownUpdateError: "use one of the names the workflow sets with ctx.set_update_handler",
 }
 
 

@@ -53,6 +53,8 @@ from engine.core.messages import (
     StartWorkflow,
     SuspendWorkflow,
     TerminateWorkflow,
+    UpdateWithStart,
+    UpdateWorkflow,
 )
 from engine.core.payloads import Payload
 from engine.core.schedules import SCHEDULE_PREFIX
@@ -74,6 +76,7 @@ from engine.services.processor import (
     slots,
     spans,
     timeouts,
+    updates,
 )
 from engine.services.processor.batch import Batch
 from engine.services.processor.command_outcomes import (
@@ -570,6 +573,59 @@ def on_signal_with_start(b: Batch, msg: SignalWithStart, now_ms: int) -> Verdict
     return accepted("started a new run with the event")
 
 
+def on_update(b: Batch, msg: UpdateWorkflow, now_ms: int) -> None:
+    """An update (``processor.updates``); an instance whose run was begun in this batch,
+    or whose next generation waits to begin after a continue-as-new, takes that turn
+    first, so that its code has set its update handlers when the update arrives."""
+    item = b.load(msg.instance_id)
+    execution = item.execution
+    if execution is not None and execution.continuation is not None:
+        item.wake = True  # the wake-up turn that begins the generation, now
+        step_instance(b, item, now_ms)
+    elif any(type(inbound.body) is ExecutionStarted for inbound in item.inbox):
+        step_instance(b, item, now_ms)
+    updates.on_update(b, msg, now_ms)
+
+
+def on_update_with_start(b: Batch, msg: UpdateWithStart, now_ms: int) -> None:
+    """Begin a run unless the instance lives (judged as a signal-with-start judges it),
+    then the update, which the run's first turn precedes."""
+    update = UpdateWorkflow(msg.instance_id, msg.update_name, msg.update_input, msg.request_id)
+    start = StartWorkflow(
+        instance_id=msg.instance_id,
+        name=msg.name,
+        input=msg.input,
+        version=msg.version,
+        reuse_policy=msg.reuse_policy,
+        request_id=msg.request_id,
+        tags=checked_tags(msg.tags),
+    )
+    keys.check_instance_id(msg.instance_id)
+    refusal = _reserved(msg.instance_id)
+    item = b.load(msg.instance_id)
+    meta = item.meta
+    if refusal is None and meta.exists and item.inbox:
+        step_instance(b, item, now_ms)  # as a start: what the batch queued applies first
+    live = meta.status is not None and not meta.status.is_terminal
+    if refusal is None and not (live and msg.reuse_policy in _SIGNALS):
+        refusal = _reuse_refusal(b, item, start, now_ms) if meta.exists else None
+        if refusal is None:
+            begin(b, item, start, now_ms)
+    if refusal is not None:
+        updates.send_refusal(b, msg.instance_id, msg.request_id, refusal, now_ms)
+        return
+    on_update(b, update, now_ms)
+
+
+def _reserved(instance_id: str) -> Verdict | None:
+    if instance_id.startswith(SLOTS_PREFIX):
+        reason = f"instance ids starting with {SLOTS_PREFIX!r} are reserved; choose another id"
+        return refused(errors.NoConcurrencyLimitError, reason)
+    if schedules.is_schedule_id(instance_id):
+        return refused(errors.ScheduleDefinitionError, _RESERVED_FOR_SCHEDULES)
+    return None
+
+
 #: The policies under which a signal-with-start signals a live or PENDING instance.
 _SIGNALS = frozenset({IdReusePolicy.IGNORE_IF_RUNNING, IdReusePolicy.REJECT_DUPLICATE})
 
@@ -661,4 +717,6 @@ MESSAGE_HANDLERS: dict[type[Message], MessageHandler] = {
     ResetWorkflow: reset.on_reset_command,
     RerunFrom: reset.on_rerun_from,
     QueryWorkflow: queries.on_query,
+    UpdateWorkflow: on_update,
+    UpdateWithStart: on_update_with_start,
 }

@@ -57,6 +57,7 @@ from engine.services.processor import (
     runs,
     spans,
     timeouts,
+    updates,
 )
 from engine.services.processor.batch import Batch
 from engine.services.processor.history_rows import pack_rows
@@ -113,8 +114,10 @@ def _step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
     for rejected in result.rejected:
         b.counters.reject(rejected.inbound.body.KIND)
         log.info("%s: rejected %s: %s", meta.instance_id, rejected.inbound.body, rejected.reason)
+    updates.answer_rejected(b, item, result, now_ms)
     if not result.new_events or not _record_turn(b, item, inbox, result, now_ms):
         return
+    updates.answer_finished(b, item, result, now_ms)
     for action in result.actions:
         handler = ACTION_HANDLERS.get(type(action))
         if handler is not None:

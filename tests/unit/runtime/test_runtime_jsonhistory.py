@@ -40,6 +40,8 @@ from engine.core.history import (
     TimerCreated,
     TimerFired,
     TurnStarted,
+    UpdateAccepted,
+    UpdateCompleted,
 )
 from engine.core.payloads import Payload, to_payload
 from engine.runtime.jsonhistory import history_from_json, history_to_json
@@ -73,6 +75,8 @@ BODIES = [
     PatchMarker("fix-42", deprecated=True),
     ExecutionReset(12, "redo the charge", "req-1", "source-1"),
     RecordPublished(6, "orders", Payload(b"\x00\x01", "binary"), "o-1", 2, {"h": "v"}, "{}"),
+    UpdateAccepted("u-1", "add", to_payload(3)),
+    UpdateCompleted("u-1", None, FAILURE),
 ]
 
 

@@ -1,0 +1,227 @@
+"""Updates in the pure runtime: a validator's rejection writes nothing, an accepted update
+is journaled and its handler runs as a fiber that may await activities and timers, a
+retry with the same update id is refused (the first answer stands), and replay decides the
+same from the recorded updates."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from runtime_harness import Sim
+
+from engine import Registry, WorkflowContext
+from engine.core.history import (
+    ExecutionResumed,
+    ExecutionSuspended,
+    RuntimeStatus,
+    UpdateAccepted,
+    UpdateCompleted,
+)
+from engine.core.payloads import from_payload, to_payload
+from engine.runtime import WorkflowExecution
+from engine.runtime.updates import update_names
+
+reg = Registry()
+
+
+@reg.activity
+def double(n: int) -> int:
+    return 2 * n
+
+
+@reg.workflow
+async def counter(ctx: WorkflowContext, _: Any) -> int:
+    total = {"value": 0}
+
+    def positive(n: int) -> None:
+        if n <= 0:
+            raise ValueError(f"{n} is not positive")
+
+    async def add(n: int) -> int:
+        doubled: int = await ctx.call_activity(double, n)
+        await ctx.sleep(1)
+        total["value"] += doubled
+        return total["value"]
+
+    def fail() -> None:
+        raise RuntimeError("no")
+
+    def peek_then_sleep(_: Any) -> None:
+        ctx.sleep(5)  # a validator may not decide anything
+
+    ctx.set_update_handler("add", add, validator=positive)
+    ctx.set_update_handler("fail", fail)
+    ctx.set_update_handler("sneaky", lambda n: n, validator=peek_then_sleep)
+    ctx.set_query_handler("total", lambda: total["value"])
+    await ctx.wait_for_event("stop")
+    return total["value"]
+
+
+def _update(sim: Sim, update_id: str, name: str, arg: Any = None) -> None:
+    payload = None if arg is None else to_payload(arg)
+    sim.send("wf-1", UpdateAccepted(update_id, name, payload))
+
+
+def _completed(sim: Sim) -> dict[str, Any]:
+    done: list[UpdateCompleted] = sim.bodies(UpdateCompleted)
+    return {
+        d.update_id: from_payload(d.output) if d.failure is None else d.failure.message
+        for d in done
+    }
+
+
+@pytest.mark.parametrize("cold", [False, True])
+def test_an_accepted_update_runs_as_a_fiber_and_its_result_is_recorded(cold: bool) -> None:
+    sim = Sim(reg, cold=cold)
+    sim.start("counter")
+    sim.run()
+    _update(sim, "u1", "add", 3)
+    _update(sim, "u2", "add", 4)
+    sim.run()
+    assert _completed(sim) == {"u1": 6, "u2": 14}
+    assert [b.update_id for b in sim.bodies(UpdateAccepted)] == ["u1", "u2"]
+    sim.raise_event("wf-1", "stop")
+    sim.run()
+    assert sim.status() is RuntimeStatus.COMPLETED and sim.output() == 14
+    replayed = WorkflowExecution(reg, "wf-1")
+    replayed.replay(sim.history())  # deterministic: the recorded updates start the same fibers
+    assert replayed.status is RuntimeStatus.COMPLETED
+
+
+def test_a_rejected_update_writes_no_history_and_says_why() -> None:
+    sim = Sim(reg)
+    sim.start("counter")
+    sim.run()
+    before = len(sim.history())
+    _update(sim, "u1", "add", -1)
+    _update(sim, "u2", "nope", 1)
+    _update(sim, "u3", "sneaky", 1)
+    sim.run()
+    assert len(sim.history()) == before
+    reasons = [r.reason for r in sim.rejected()]
+    assert "rejected by its validator: -1 is not positive" in reasons[0]
+    assert "its updates: 'add', 'fail', 'sneaky'" in reasons[1]
+    assert "read-only" in reasons[2]
+    assert update_names(sim.execution().current_generation) == ["add", "fail", "sneaky"]
+
+
+def test_a_retry_with_the_same_update_id_is_refused_and_the_first_result_stands() -> None:
+    sim = Sim(reg)
+    sim.start("counter")
+    sim.run()
+    _update(sim, "u1", "add", 1)
+    sim.run()
+    _update(sim, "u1", "add", 1)
+    sim.run()
+    assert _completed(sim) == {"u1": 2}
+    assert "already accepted" in sim.rejected()[0].reason
+    gen = sim.execution().current_generation
+    assert gen is not None
+    first = gen.update_ids["u1"]
+    assert first is not None and from_payload(first.output) == 2
+
+
+def test_a_handler_that_raises_completes_the_update_with_its_failure() -> None:
+    sim = Sim(reg)
+    sim.start("counter")
+    sim.run()
+    _update(sim, "u1", "fail")
+    sim.run()
+    assert _completed(sim) == {"u1": "no"}
+    assert sim.status() is RuntimeStatus.RUNNING  # the instance itself goes on
+
+
+def test_suspended_and_ended_instances_refuse_updates() -> None:
+    sim = Sim(reg)
+    sim.start("counter")
+    sim.run()
+    sim.send("wf-1", ExecutionSuspended("hold"))
+    sim.run()
+    _update(sim, "u1", "add", 1)
+    sim.run()
+    sim.send("wf-1", ExecutionResumed())
+    sim.raise_event("wf-1", "stop")
+    sim.run()
+    _update(sim, "u2", "add", 1)
+    sim.run()
+    reasons = [r.reason for r in sim.rejected()]
+    assert "suspended" in reasons[0] and "has ended (COMPLETED)" in reasons[1]
+    assert not sim.bodies(UpdateAccepted)
+
+
+# --- interleaving updates, events and continue-as-new -------------------------------------
+
+
+@reg.workflow
+async def rounds(ctx: WorkflowContext, state: dict[str, Any]) -> int:
+    """Adds what updates bring; an event "next" continues as new once no update runs."""
+    total: dict[str, int] = {"value": state["total"]}
+
+    async def add(n: int) -> int:
+        total["value"] += await ctx.call_activity(double, n)
+        await ctx.sleep(n % 3)
+        return total["value"]
+
+    ctx.set_update_handler("add", add, validator=lambda n: None if n >= 0 else 1 / 0)
+    command = await ctx.wait_for_event("command")
+    await ctx.wait_condition(ctx.all_updates_finished)
+    if command == "stop":
+        return total["value"]
+    ctx.continue_as_new({"total": total["value"]})
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("update"), st.sampled_from(["a", "b", "c", "d"]), st.integers(-1, 5)),
+        st.tuples(st.just("next"), st.none(), st.none()),
+        st.tuples(st.just("run"), st.none(), st.none()),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(OPS, st.booleans(), st.randoms(use_true_random=False))
+def test_every_accepted_update_completes_exactly_once_or_is_still_pending(
+    ops: list[tuple[str, Any, Any]], cold: bool, rng: random.Random
+) -> None:
+    sim = Sim(reg, cold=cold, rng=rng, max_batch=3)
+    sim.start("rounds", {"total": 0})
+    for op, update_id, n in ops:
+        if op == "update":
+            _update(sim, update_id, "add", n)
+        elif op == "next":
+            sim.raise_event("wf-1", "command", "next")
+        else:
+            sim.run()
+    sim.run(timers=False)
+    accepted: dict[tuple[int, str], int] = {}
+    completed: dict[tuple[int, str], int] = {}
+    for event in sim.history():
+        body = event.body
+        if type(body) is UpdateAccepted:
+            key = (event.generation, body.update_id)
+            accepted[key] = accepted.get(key, 0) + 1
+            assert from_payload(body.input) >= 0  # the validator let no negative one in
+        elif type(body) is UpdateCompleted:
+            key = (event.generation, body.update_id)
+            completed[key] = completed.get(key, 0) + 1
+    assert set(accepted.values()) <= {1}  # de-duplicated by update id
+    assert set(completed.values()) <= {1} and set(completed) <= set(accepted)
+    gen = sim.execution().current_generation
+    assert gen is not None
+    pending = {(gen.number, uid) for uid, done in gen.update_ids.items() if done is None}
+    assert set(accepted) == set(completed) | pending
+    sim.run()  # with the timers: every pending update finishes
+    sim.raise_event("wf-1", "command", "stop")
+    sim.run()
+    assert sim.status() is RuntimeStatus.COMPLETED
+    finished = [e for e in sim.history() if type(e.body) is UpdateCompleted]
+    assert len(finished) == len(sim.bodies(UpdateAccepted))
+    replayed = WorkflowExecution(reg, "wf-1")
+    replayed.replay(sim.history())
+    assert replayed.status is RuntimeStatus.COMPLETED
