@@ -12,7 +12,7 @@ from engine_harness import Record, RunningEngine, running_engine, wait_until
 from engine.codec import decode_message, encode_message
 from engine.core.history import RuntimeStatus
 from engine.core.keys import murmur2_partition
-from engine.core.messages import ActivityResult, DeadLetter, StartWorkflow
+from engine.core.messages import DeadLetter, StartWorkflow
 from engine.core.payloads import to_payload
 
 pytestmark = pytest.mark.kafka
@@ -42,9 +42,11 @@ def test_bad_records_go_to_dead_letters_and_the_partitions_go_on(engine: Running
     garbage_key = _id("garbage")
     garbage = engine.produce(commands, b"\x00not avro at all", garbage_key.encode())
 
+    # a record of a kind the commands topic does not take (activity results it does take:
+    # that is how a client completes an activity from outside)
     wrong_kind_key = _id("wrong-kind")
-    result = ActivityResult(instance_id=wrong_kind_key, task_id=0, output=to_payload(1))
-    wrong_kind = engine.produce(commands, encode_message(result), wrong_kind_key.encode())
+    letter = DeadLetter(instance_id=wrong_kind_key, reason="copied from another topic")
+    wrong_kind = engine.produce(commands, encode_message(letter), wrong_kind_key.encode())
 
     misplaced_key = _id("misplaced")
     right = murmur2_partition(misplaced_key.encode(), PARTITIONS)
@@ -75,7 +77,7 @@ def test_bad_records_go_to_dead_letters_and_the_partitions_go_on(engine: Running
     }
     expected = {
         garbage: ("garbage", garbage_key, b"\x00not avro at all"),
-        wrong_kind: ("ActivityResult records are not accepted", wrong_kind_key, None),
+        wrong_kind: ("DeadLetter records are not accepted", wrong_kind_key, None),
         misplaced: ("murmur2", misplaced_key, None),
     }
     assert set(by_offset) == set(expected)
