@@ -422,6 +422,23 @@ def _not_live(msg: Message, meta: InstanceRow) -> Verdict | None:
     return None
 
 
+def _end_scheduled_start(
+    b: Batch,
+    meta: InstanceRow,
+    status: RuntimeStatus,
+    now_ms: int,
+    failure: FailureDetails | None = None,
+) -> None:
+    """End an instance whose start is still scheduled (PENDING): its timer goes, it never
+    runs, and it ends ``status`` at once."""
+    _cancel_scheduled_start(b, meta)
+    meta.status = status
+    if failure is not None:
+        meta.failure = failure
+    meta.last_updated_ms = now_ms
+    b.save(meta)
+
+
 def on_terminate(b: Batch, msg: TerminateWorkflow, now_ms: int) -> Verdict:
     item = b.load(msg.instance_id)
     meta = item.meta
@@ -429,10 +446,7 @@ def on_terminate(b: Batch, msg: TerminateWorkflow, now_ms: int) -> Verdict:
     if refusal is not None:
         return refusal
     if meta.status is RuntimeStatus.PENDING:
-        _cancel_scheduled_start(b, meta)
-        meta.status = RuntimeStatus.TERMINATED
-        meta.last_updated_ms = now_ms
-        b.save(meta)
+        _end_scheduled_start(b, meta, RuntimeStatus.TERMINATED, now_ms)
         return accepted("terminated before its scheduled start")
     item.inbox.append(Inbound(ExecutionTerminated(msg.reason, msg.recursive)))
     return accepted()
@@ -456,11 +470,8 @@ def on_cancel_command(b: Batch, msg: CancelWorkflow, now_ms: int) -> Verdict:
     if refusal is not None:
         return refusal
     if meta.status is RuntimeStatus.PENDING:
-        _cancel_scheduled_start(b, meta)
-        meta.status = RuntimeStatus.CANCELLED
-        meta.failure = FailureDetails("CancelledError", msg.reason or "cancelled", "", False)
-        meta.last_updated_ms = now_ms
-        b.save(meta)
+        failure = FailureDetails("CancelledError", msg.reason or "cancelled", "", False)
+        _end_scheduled_start(b, meta, RuntimeStatus.CANCELLED, now_ms, failure)
         return accepted("cancelled before its scheduled start")
     item.inbox.append(Inbound(ExecutionCancelRequested(msg.reason)))
     return accepted()
