@@ -77,6 +77,9 @@ _RECOVERY_S = 300.0
 _DELIVERY_TIMEOUT_MS = 60_000
 #: How long a revocation waits for outstanding deliveries before it commits what settled.
 _REVOKE_FLUSH_S = 10.0
+#: How long a worker that lost its partitions waits for the group to give it some again
+#: before it replaces its consumer (twice the session timeout: a rebalance has had time).
+_LEFT_OUT_S = 20.0
 _ERROR_LOG_EVERY_S = 30.0
 #: How long closing may take (leaving the group) before the process ends itself.
 CLOSE_S = 60.0
@@ -148,6 +151,8 @@ class KafkaWorker:
         #: and pauses.
         self.commits = self.redeliveries = self.pauses = 0
         self._paused = self._repause = False
+        #: When the consumer last lost its partitions with none assigned since (monotonic).
+        self._lost_at: float | None = None
         #: Partitions paused on their own (see _pause_crowded).
         self._crowded: set[int] = set()
         self._last_error_log = 0.0
@@ -251,6 +256,7 @@ class KafkaWorker:
     def step(self) -> None:
         """One round: poll, start tasks, send finished results, serve their deliveries,
         produce failed ones again, pause/resume, maybe commit."""
+        self._rejoin_if_left_out()
         records = self._poll()
         if records:
             self.policy.changed()  # their offsets settle, some without any record to send
@@ -491,7 +497,18 @@ class KafkaWorker:
         self._paused = False
         self._consumer = self._new_consumer()
 
+    def _rejoin_if_left_out(self) -> None:
+        """A consumer that lost its partitions (its session expired, say while the broker
+        was paused) and got none back within :data:`_LEFT_OUT_S` is replaced, as a failed
+        one is: librdkafka was seen to stay out of the group for good after such a loss."""
+        if self._lost_at is None or time.monotonic() - self._lost_at < _LEFT_OUT_S:
+            return
+        self._lost_at = None
+        if not self.consumer.assignment():
+            self._rejoin(BrokerError("the worker's consumer lost its partitions and got none back"))
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._lost_at = None
         log.info("assigned %s", sorted(tp.partition for tp in partitions))
         self.worker.assigned(tp.partition for tp in partitions)
         self._repause = True
@@ -515,6 +532,7 @@ class KafkaWorker:
         if consumer is not self._consumer:
             return  # a failed consumer being closed (``_rejoin`` dropped its partitions)
         log.warning("lost %s", sorted(tp.partition for tp in partitions))
+        self._lost_at = time.monotonic()
         self.worker.revoked(tp.partition for tp in partitions)
 
     # --- shutdown ---------------------------------------------------------------------------
