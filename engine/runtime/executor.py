@@ -61,6 +61,7 @@ from engine.core.history import (
     Inbound,
     RuntimeStatus,
     TurnStarted,
+    UpdateAccepted,
 )
 from engine.core.payloads import Payload
 from engine.core.typed import convert, parameter_type
@@ -163,6 +164,8 @@ class WorkflowExecution(ExecutionState):
             if commands_from >= 0:
                 self._replay_turn(commands_from, index)
                 commands_from = -1
+            if kind is UpdateAccepted and self._code_first():
+                self._replay_turn(index, index)  # the code ran before the update (_offer)
             handler = RECORDED.get(kind)
             if handler is None or kind is ExecutionStarted:
                 self._apply_recorded(event)
@@ -279,7 +282,21 @@ class WorkflowExecution(ExecutionState):
                 f"the event is for generation {inbound.generation}, but the instance is in "
                 f"generation {self._journal.generation}"
             )
+        if type(body) is UpdateAccepted and self._code_first():
+            self._run_code()
+            if self._status in ENDED:
+                return f"the instance has ended ({self._status.value})"
         return handler(self, body)
+
+    def _code_first(self) -> bool:
+        """Whether an update must wait for the generation's code to run first: a generation
+        that began in this turn (a start, or the one a continue-as-new asked for) has set
+        no update handlers yet, so its code runs up to its first wait before the update is
+        offered, and replay runs it at the same point (:meth:`_replay_events`). Histories
+        recorded before this rule hold no update offered to code that had not run (one was
+        refused then), so they replay unchanged."""
+        gen = self._gen
+        return gen is not None and not gen.code_started and self._status is RuntimeStatus.RUNNING
 
     # --- the interface the inbound handlers apply events through (handlers.EventTarget) ------
 
@@ -340,6 +357,7 @@ class WorkflowExecution(ExecutionState):
         if gen is None or self._status is not RuntimeStatus.RUNNING:
             return
         gen.run_inline_steps = self._run_inline
+        gen.code_started = True
         try:
             run_ready(gen, self._budget)
         except StepBudgetExceededError as exc:

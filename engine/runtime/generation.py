@@ -91,6 +91,7 @@ class Generation:
         "children",
         "claims",
         "closing",
+        "code_started",
         "conditions",
         "continue_input",
         "continue_requested",
@@ -160,6 +161,9 @@ class Generation:
         self.continue_input: Payload | None = None
         self.main: Fiber[Any] | None = None
         self.closing = False
+        #: Whether the generation's code has run at all (an update offered before it has is
+        #: held until it has: its first run sets the update handlers).
+        self.code_started = False
         self.run_inline_steps = True
         self.uuid_counter = 0
         self.rng: random.Random | None = None

@@ -585,16 +585,10 @@ def on_signal_with_start(b: Batch, msg: SignalWithStart, now_ms: int) -> Verdict
 
 
 def on_update(b: Batch, msg: UpdateWorkflow, now_ms: int) -> None:
-    """An update (``processor.updates``); an instance whose run was begun in this batch,
-    or whose next generation waits to begin after a continue-as-new, takes that turn
-    first, so that its code has set its update handlers when the update arrives."""
-    item = b.load(msg.instance_id)
-    execution = item.execution
-    if execution is not None and execution.continuation is not None:
-        item.wake = True  # the wake-up turn that begins the generation, now
-        step_instance(b, item, now_ms)
-    elif any(type(inbound.body) is ExecutionStarted for inbound in item.inbox):
-        step_instance(b, item, now_ms)
+    """An update (``processor.updates``). One for a run begun in this batch, or for a
+    generation that waits to begin after a continue-as-new (in memory or evicted: the
+    instance row shows it RUNNING), joins that turn: the runtime runs a generation's code
+    before the first update offered to it, so its handlers are set."""
     updates.on_update(b, msg, now_ms)
 
 

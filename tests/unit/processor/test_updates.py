@@ -203,3 +203,28 @@ def test_a_parked_instance_refuses_updates_with_the_reason_and_records_nothing()
         with pytest.raises(UpdateRejectedError, match=r"PARKED \(its code raised KeyError"):
             run.update("poke")
         assert _kinds(env, run) == before
+
+
+def test_an_update_to_an_instance_evicted_between_its_generations_is_not_refused() -> None:
+    """The generation that continued as new is gone from memory before the next one began
+    (a restart, a full cache): the update replays it, begins the next generation, whose
+    code runs first and sets its handlers, and is answered there."""
+    with TestEngine(app) as env:
+        run = env.start("looper", 0)
+        env.run()
+        env.raise_event(run, "next", wait=False)
+        env.step()  # generation 0 continues as new; generation 1 waits for its turn
+        assert [e.generation for e in env.history(run.instance_id)][-1] == 0
+        for processor in env.processors.values():
+            processor.cache.clear()
+        assert run.update("generation") == 1
+        assert "UpdateAccepted" in _kinds(env, run.instance_id)
+
+
+def test_an_update_sent_with_the_start_joins_the_first_turn_after_the_code_ran() -> None:
+    with TestEngine(app) as env:
+        run = env.start("looper", 7, wait=False)
+        assert run.update("generation") == 0
+        history = env.history(run.instance_id)
+        turns = [type(e.body).__name__ for e in history].count("TurnStarted")
+        assert turns == 1  # one turn: the start, the code's first run, then the update

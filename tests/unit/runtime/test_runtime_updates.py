@@ -225,3 +225,32 @@ def test_every_accepted_update_completes_exactly_once_or_is_still_pending(
     replayed = WorkflowExecution(reg, "wf-1")
     replayed.replay(sim.history())
     assert replayed.status is RuntimeStatus.COMPLETED
+
+
+@pytest.mark.parametrize("cold", [False, True])
+def test_an_update_in_the_turn_that_begins_a_generation_reaches_its_handlers(cold: bool) -> None:
+    """The generation a continue-as-new asked for begins in the same turn the update
+    arrives: its code runs first (and sets the handlers), then the update is offered;
+    replay runs the code at the same point."""
+    sim = Sim(reg, cold=cold, max_batch=1)
+    sim.start("rounds", {"total": 5})
+    sim.run()
+    sim.raise_event("wf-1", "command", "next")
+    _update(sim, "u1", "add", 1)
+    sim.run()
+    assert not sim.rejected()
+    accepted = [e for e in sim.history() if type(e.body) is UpdateAccepted]
+    assert [e.generation for e in accepted] == [1]
+    assert _completed(sim) == {"u1": 7}
+    replayed = WorkflowExecution(reg, "wf-1")
+    replayed.replay(sim.history())
+    assert replayed.generation == 1 and replayed.status is RuntimeStatus.RUNNING
+
+
+def test_an_update_sent_with_the_start_runs_after_the_code_set_its_handlers() -> None:
+    sim = Sim(reg)
+    sim.start("counter")
+    _update(sim, "u1", "add", 2)
+    sim.run()
+    assert not sim.rejected() and _completed(sim) == {"u1": 4}
+    assert sim.kinds()[:3] == ["TurnStarted", "ExecutionStarted", "UpdateAccepted"]
