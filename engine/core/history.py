@@ -391,6 +391,17 @@ class UpdateCompleted(EventBody):
     failure: FailureDetails | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class UpdatesCarried(EventBody):
+    """The updates earlier generations of the run completed, carried into this one right
+    after its ``ExecutionStarted`` by a continue-as-new (the newest of them, within the
+    bounds of ``engine.runtime.continuation``), so that a client's retry of one of them is
+    answered with its first result instead of running its handler again."""
+
+    KIND: ClassVar[str] = "UpdatesCarried"
+    updates: list[UpdateCompleted] = field(default_factory=list)
+
+
 EVENT_TYPES: tuple[type[EventBody], ...] = (
     ExecutionStarted,
     ExecutionCompleted,
@@ -421,6 +432,7 @@ EVENT_TYPES: tuple[type[EventBody], ...] = (
     RecordPublished,
     UpdateAccepted,
     UpdateCompleted,
+    UpdatesCarried,
 )
 
 

@@ -62,6 +62,7 @@ from engine.core.history import (
     RuntimeStatus,
     TurnStarted,
     UpdateAccepted,
+    UpdatesCarried,
 )
 from engine.core.payloads import Payload
 from engine.core.typed import convert, parameter_type
@@ -76,7 +77,7 @@ from engine.runtime.actions import (
 )
 from engine.runtime.cancel import is_cancelled
 from engine.runtime.context import WorkflowContext
-from engine.runtime.continuation import Continuation, split_carried
+from engine.runtime.continuation import Continuation, carried_updates, split_carried
 from engine.runtime.driver import DEFAULT_STEP_BUDGET, Fiber, run_ready
 from engine.runtime.execution_state import ENDED, ExecutionState
 from engine.runtime.fastjson import decode, encode
@@ -86,6 +87,7 @@ from engine.runtime.handlers import (
     INBOUND,
     RECORDED,
     deliver_event,
+    on_updates_carried,
     termination_end,
 )
 from engine.runtime.journal import DECISION_TYPES, describe
@@ -482,13 +484,14 @@ class WorkflowExecution(ExecutionState):
         new_number = gen.number + 1
         recorded = journal.command(ContinuedAsNew(gen.continue_input, new_number))
         carried, overflow = split_carried(gen.unconsumed_events())
+        updates = carried_updates([done for done in gen.update_ids.values() if done is not None])
         children = self.running_children_policies
         self._close_generation(gen, RuntimeStatus.CONTINUED_AS_NEW)
         self._status = RuntimeStatus.CONTINUED_AS_NEW
         started = replace(
             gen.started, input=gen.continue_input, scheduled_start_ms=None, tags=dict(gen.tags)
         )
-        self._continuation = Continuation(started, new_number, carried)
+        self._continuation = Continuation(started, new_number, carried, updates)
         if recorded is not None:
             return
         reason = f"parent {self.instance_id} continued as new without it"
@@ -511,6 +514,8 @@ class WorkflowExecution(ExecutionState):
         self.begin_generation(continuation.started)
         gen = self._gen
         assert gen is not None
+        if continuation.updates:
+            on_updates_carried(self, UpdatesCarried(continuation.updates))
         for name, payload in continuation.carried:
             event = EventRaised(name, payload)
             journal.append(event)

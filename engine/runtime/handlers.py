@@ -30,6 +30,7 @@ from engine.core.history import (
     TaskFailed,
     TimerFired,
     UpdateAccepted,
+    UpdatesCarried,
 )
 from engine.runtime.durable import RUNNING, ActivityCall, ChildTask, TimerTask
 from engine.runtime.generation import Generation
@@ -196,6 +197,16 @@ def on_resumed(ex: EventTarget, body: ExecutionResumed) -> str | None:
     return None
 
 
+def on_updates_carried(ex: EventTarget, body: UpdatesCarried) -> str | None:
+    """The updates earlier generations completed: remembered by update id, so a retry of
+    one is refused as already accepted and answered with the first result."""
+    ex.journal_inbound(body)
+    update_ids = _current(ex).update_ids
+    for done in body.updates:
+        update_ids[done.update_id] = done
+    return None
+
+
 def on_reset(ex: EventTarget, body: ExecutionReset) -> str | None:
     """A reset's marker: the run before it was copied from an earlier run; nothing in
     the code's state changes (the events around it do that)."""
@@ -236,6 +247,7 @@ INBOUND: dict[type[EventBody], InboundHandler] = {
     ExecutionCancelRequested: on_cancel_requested,
     ExecutionReset: on_reset,
     UpdateAccepted: on_update_accepted,
+    UpdatesCarried: on_updates_carried,
 }
 """Events the processor may offer to an instance in a turn."""
 

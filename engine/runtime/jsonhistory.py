@@ -76,6 +76,8 @@ def _value_to_json(value: Any) -> Any:
         return value.value
     if isinstance(value, dict):
         return dict(value)
+    if isinstance(value, list):  # events inside an event (UpdatesCarried)
+        return [body_to_json(item) for item in value]
     return value
 
 
@@ -90,6 +92,9 @@ def _value_from_json(annotation: str, value: Any) -> Any:
         return RuntimeStatus(value)
     if annotation.startswith("dict"):
         return dict(value)
+    if annotation.startswith("list["):  # events inside an event: list[<event kind>]
+        kind = annotation[5:-1]
+        return [body_from_json(kind, item) for item in value]
     return value
 
 

@@ -9,9 +9,11 @@ like any fiber; when it returns or raises, the fiber records ``UpdateCompleted``
 decision. Replay applies the recorded ``UpdateAccepted`` where it happened and starts the
 same fiber, so the handler decides the same things again. The generation remembers every
 update id it accepted, so a retry with the same id is refused here and answered with the
-first result by the caller. An update still running when its generation ends (the code
-returned or continued as new) records nothing more; workflow code that takes updates waits
-for ``ctx.all_updates_finished()`` before it ends.
+first result by the caller; a continue-as-new carries the newest completed ones into the
+next generation (``UpdatesCarried``, bounded: ``engine.runtime.continuation``), so a retry
+after it is answered the same way. An update still running when its generation ends (the
+code returned or continued as new) records nothing more; workflow code that takes updates
+waits for ``ctx.all_updates_finished()`` before it ends.
 """
 
 from __future__ import annotations

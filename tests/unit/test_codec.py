@@ -107,6 +107,8 @@ def _for_hint(owner: type, name: str, hint: Any) -> st.SearchStrategy[Any]:
         return st.dictionaries(TEXT, TEXT, max_size=3)
     if typing.get_origin(hint) is list and typing.get_args(hint) == (bytes,):
         return st.lists(st.binary(max_size=20), max_size=3)
+    if typing.get_origin(hint) is list:  # a list of records (UpdatesCarried.updates)
+        return st.lists(instances(typing.get_args(hint)[0]), max_size=3)
     if hint is int:
         bits = 31 if INT_KINDS.get((owner.__name__, name), "long") == "int" else 63
         return st.integers(-(2**bits), 2**bits - 1) | st.integers(-70, 70)
@@ -292,6 +294,8 @@ def _sample(cls: type) -> Any:
             kwargs[f.name] = list(base)[-1]
         elif base not in values and dataclasses.is_dataclass(base):
             kwargs[f.name] = _sample(base)  # a nested record (a schedule's spec)
+        elif typing.get_origin(base) is list and dataclasses.is_dataclass(typing.get_args(base)[0]):
+            kwargs[f.name] = [_sample(typing.get_args(base)[0])]  # records (carried updates)
         else:
             kwargs[f.name] = values[base]
     return cls(**kwargs)

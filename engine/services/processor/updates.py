@@ -5,9 +5,11 @@ An update is answered on the command-outcomes topic under its update id (the com
 request id), like a query, but not at once: the runtime (``engine.runtime.updates``) runs
 the validator in the turn, so a rejection is known after the turn (and wrote nothing), and
 the handler's result only when the fiber that runs it records ``UpdateCompleted``, maybe
-turns later. A retry with an update id the generation accepted is rejected by the runtime
-as "already accepted": it is answered with the recorded result if the handler finished,
-and not at all while it runs (the first answer, under the same id, is still to come).
+turns later. A retry with an update id the generation accepted (or an earlier generation
+of the run completed: the runtime carries those over a continue-as-new) is rejected by the
+runtime as "already accepted": it is answered with the recorded result if the handler
+finished, and not at all while it runs (the first answer, under the same id, is still to
+come).
 Parked, suspended, ended and not yet started instances are refused before any turn.
 """
 

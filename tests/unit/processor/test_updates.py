@@ -228,3 +228,22 @@ def test_an_update_sent_with_the_start_joins_the_first_turn_after_the_code_ran()
         history = env.history(run.instance_id)
         turns = [type(e.body).__name__ for e in history].count("TurnStarted")
         assert turns == 1  # one turn: the start, the code's first run, then the update
+
+
+def test_a_retry_after_a_continue_as_new_gets_the_first_answer() -> None:
+    with TestEngine(app) as env:
+        run = env.start("looper", 0)
+        assert run.update("generation", update_id="first") == 0
+        env.raise_event(run, "next")
+        env.run()
+        assert run.update("generation", update_id="second") == 1
+        for processor in env.processors.values():
+            processor.cache.clear()  # replayed from the new generation's history alone
+        assert run.update("generation", update_id="first") == 0  # not run again
+        assert run.update("generation", update_id="second") == 1
+        accepted = [
+            (e.generation, e.body.update_id)
+            for e in env.history(run.instance_id)
+            if isinstance(e.body, UpdateAccepted)
+        ]
+        assert accepted == [(0, "first"), (1, "second")]

@@ -27,6 +27,7 @@ from engine.core.history import (
     Inbound,
     RuntimeStatus,
     TurnStarted,
+    UpdatesCarried,
 )
 from engine.runtime.executor import WorkflowExecution, execute
 from engine.runtime.handlers import INBOUND
@@ -46,14 +47,19 @@ def _turns(history: list[HistoryEvent]) -> list[tuple[int, int]]:
     return list(zip(starts, [*starts[1:], len(history)], strict=True))
 
 
+#: What a continue-as-new carries into the next generation, right after its start.
+_CARRIED = (EventRaised, UpdatesCarried)
+
+
 def _inbound(events: list[HistoryEvent], continued: bool) -> list[Inbound]:
     """The events a turn accepted: those after TurnStarted, up to its first decision. The
-    turn after a continue-as-new begins the next generation by itself: its start and the
-    events carried into it (right after the start) are the runtime's, not offered."""
+    turn after a continue-as-new begins the next generation by itself: its start and what
+    is carried into it (right after the start: updates, events) are the runtime's, not
+    offered."""
     out = []
     body = events[1].body if len(events) > 1 else None
     skip = 2 if continued and type(body) is ExecutionStarted else 1
-    while continued and skip < len(events) and type(events[skip].body) is EventRaised:
+    while continued and skip < len(events) and type(events[skip].body) in _CARRIED:
         skip += 1
     for event in events[skip:]:
         if type(event.body) not in INBOUND:

@@ -42,6 +42,7 @@ from engine.core.history import (
     TurnStarted,
     UpdateAccepted,
     UpdateCompleted,
+    UpdatesCarried,
 )
 from engine.core.payloads import Payload, to_payload
 from engine.runtime.jsonhistory import history_from_json, history_to_json
@@ -77,6 +78,7 @@ BODIES = [
     RecordPublished(6, "orders", Payload(b"\x00\x01", "binary"), "o-1", 2, {"h": "v"}, "{}"),
     UpdateAccepted("u-1", "add", to_payload(3)),
     UpdateCompleted("u-1", None, FAILURE),
+    UpdatesCarried([UpdateCompleted("u-1", to_payload(3)), UpdateCompleted("u-2", None, FAILURE)]),
 ]
 
 

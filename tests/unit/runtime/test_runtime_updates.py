@@ -14,15 +14,22 @@ from hypothesis import strategies as st
 from runtime_harness import Sim
 
 from engine import Registry, WorkflowContext
+from engine.core.failure import FailureDetails
 from engine.core.history import (
     ExecutionResumed,
     ExecutionSuspended,
     RuntimeStatus,
     UpdateAccepted,
     UpdateCompleted,
+    UpdatesCarried,
 )
 from engine.core.payloads import from_payload, to_payload
 from engine.runtime import WorkflowExecution
+from engine.runtime.continuation import (
+    UPDATE_RESULTS_CARRIED_BYTES,
+    UPDATES_CARRIED,
+    carried_updates,
+)
 from engine.runtime.updates import update_names
 
 reg = Registry()
@@ -254,3 +261,48 @@ def test_an_update_sent_with_the_start_runs_after_the_code_set_its_handlers() ->
     sim.run()
     assert not sim.rejected() and _completed(sim) == {"u1": 4}
     assert sim.kinds()[:3] == ["TurnStarted", "ExecutionStarted", "UpdateAccepted"]
+
+
+# --- update ids across continue-as-new ---------------------------------------------------
+
+
+@pytest.mark.parametrize("cold", [False, True])
+def test_a_retry_after_a_continue_as_new_is_answered_with_the_first_result(cold: bool) -> None:
+    sim = Sim(reg, cold=cold)
+    sim.start("rounds", {"total": 0})
+    sim.run()
+    _update(sim, "u1", "add", 2)
+    sim.run()
+    _update(sim, "u2", "add", 1)
+    sim.run()
+    assert _completed(sim) == {"u1": 4, "u2": 6}
+    for _ in range(2):  # two continue-as-new: carried, then carried again
+        sim.raise_event("wf-1", "command", "next")
+        sim.run()
+    _update(sim, "u1", "add", 2)  # a client's retry, two generations later
+    sim.run()
+    assert sim.execution().generation == 2
+    assert "already accepted" in sim.rejected()[-1].reason
+    assert len(sim.bodies(UpdateCompleted)) == 2  # the handler did not run again
+    gen = sim.execution().current_generation
+    assert gen is not None
+    first = gen.update_ids["u1"]
+    assert first is not None and from_payload(first.output) == 4
+    carried = [e for e in sim.history() if type(e.body) is UpdatesCarried]
+    assert [e.generation for e in carried] == [1, 2]
+    assert [u.update_id for u in carried[-1].body.updates] == ["u1", "u2"]
+    replayed = WorkflowExecution(reg, "wf-1")
+    replayed.replay(sim.history())
+    assert replayed.current_generation is not None
+    assert replayed.current_generation.update_ids == gen.update_ids
+
+
+def test_a_continue_as_new_carries_the_newest_updates_within_its_bounds() -> None:
+    small = [UpdateCompleted(f"u{i}", to_payload(i)) for i in range(UPDATES_CARRIED + 5)]
+    kept = carried_updates(small)
+    assert [u.update_id for u in kept] == [f"u{i}" for i in range(5, UPDATES_CARRIED + 5)]
+    big = UpdateCompleted("big", to_payload("x" * UPDATE_RESULTS_CARRIED_BYTES))
+    failed = UpdateCompleted("failed", None, FailureDetails("ValueError", "no", "a stack"))
+    kept = carried_updates([small[0], big, failed])
+    assert [u.update_id for u in kept] == ["u0", "failed"]  # the result that does not fit
+    assert kept[1].failure is not None and kept[1].failure.stack == ""
