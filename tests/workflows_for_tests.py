@@ -250,6 +250,24 @@ async def ledger(ctx: WorkflowContext, start: int) -> int:
     return balance["value"]
 
 
+@workflow(name="t.rolling_ledger")
+async def rolling_ledger(ctx: WorkflowContext, start: int) -> int:
+    """A ledger taking ``deposit`` updates that continues as new with its balance on a
+    ``command`` event ``"roll"`` and returns it on ``"close"``."""
+    balance = {"value": start}
+
+    async def deposit(amount: int) -> int:
+        balance["value"] = await ctx.call_activity(add, {"x": balance["value"], "y": amount})
+        return balance["value"]
+
+    ctx.set_update_handler("deposit", deposit)
+    command = await ctx.wait_for_event("command")
+    await ctx.wait_condition(ctx.all_updates_finished)
+    if command == "close":
+        return balance["value"]
+    ctx.continue_as_new(balance["value"])
+
+
 @workflow(name="t.tally")
 async def tally(ctx: WorkflowContext, start: int) -> int:
     """Counts the ``add`` events until ``stop``; queries ``count``, ``plus`` and ``peek``

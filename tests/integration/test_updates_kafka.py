@@ -82,3 +82,21 @@ def test_the_cli_prints_the_answer_as_json(
     assert main(["update", handle, "deposit", "--arg", "4", *flags]) == 0
     assert json.loads(capsys.readouterr().out) == 7
     assert main(["update", handle, "deposit", "--arg", "0", *flags]) == EXIT_REFUSED
+
+
+def test_a_retry_after_a_continue_as_new_gets_the_first_answer(engine: RunningEngine) -> None:
+    client = engine.client
+    handle = client.start("t.rolling_ledger", 10, instance_id=new_id("roll"))
+    assert handle.update("deposit", 5, update_id="r-1", timeout=WAIT) == 15
+    client.raise_event(handle, "command", "roll")  # answered after the continue-as-new
+    assert handle.update("deposit", 1, update_id="r-2", timeout=WAIT) == 16
+    assert handle.update("deposit", 5, update_id="r-1", timeout=WAIT) == 15  # not run again
+    client.raise_event(handle, "command", "close")
+    state = client.wait_for_completion(handle, WAIT)
+    assert state.status is RuntimeStatus.COMPLETED and state.output == 16
+    accepted = [
+        (e.generation, e.body.update_id)
+        for e in engine.history(handle)
+        if isinstance(e.body, UpdateAccepted)
+    ]
+    assert accepted == [(0, "r-1"), (1, "r-2")]
