@@ -130,6 +130,8 @@ class InstanceRow:
     #: continue-as-new begins, and when the chain times out as a whole (0: never).
     run_timeout_ms: int = 0
     execution_deadline_ms: int = 0
+    #: The chain's execution timeout (ms; 0: none): a reset starts it again from the reset.
+    execution_timeout_ms: int = 0
 
     @property
     def exists(self) -> bool:

@@ -4,7 +4,8 @@ continue-as-new) and ``run_timeout`` (each run), from the start or the workflow'
 
 Both are durable timers of the timer table, so they survive restarts and takeovers. A run
 begins with both armed (:func:`arm_at_begin`); each run a continue-as-new begins arms its
-own run timer (:func:`arm_new_run`). The run timer is for its generation: a later run makes
+own run timer (:func:`arm_new_run`); a reset arms both again, the execution timeout counted
+from the reset (:func:`arm_reset_run`). The run timer is for its generation: a later run makes
 it stale like any timer of an older generation. The execution timer outlives the
 generations of its chain, so it is matched by its fire time instead: the row keeps the
 chain's deadline, and a new start (a new chain) replaces it. When one fires while the
@@ -47,14 +48,9 @@ def arm_at_begin(b: Batch, meta: InstanceRow, msg: StartWorkflow, now_ms: int) -
     """A start began a new chain of runs: set its deadlines (the start's, else the
     workflow's) and the timers that enforce them."""
     own_execution, own_run = _defined(b, meta)
-    execution_ms = msg.execution_timeout_ms or own_execution
+    meta.execution_timeout_ms = msg.execution_timeout_ms or own_execution
     meta.run_timeout_ms = msg.run_timeout_ms or own_run
-    meta.execution_deadline_ms = now_ms + execution_ms if execution_ms > 0 else 0
-    if meta.execution_deadline_ms:
-        key = keys.TimerKey(
-            meta.execution_deadline_ms, meta.instance_id, meta.generation, EXECUTION_TIMEOUT_TIMER
-        )
-        b.tables.put_timer(key)
+    _arm_execution(b, meta, now_ms)
     _arm_run(b, meta, now_ms)
 
 
@@ -65,14 +61,36 @@ def arm_new_run(b: Batch, meta: InstanceRow, previous_generation: int, now_ms: i
 
 
 def arm_reset_run(b: Batch, meta: InstanceRow, now_ms: int) -> None:
-    """A reset began a new run of the chain: it gets its own run timer (the chain keeps its
-    deadline). A rerun is a new chain, with the workflow's own timeouts."""
+    """A reset began a new run of the chain (its old timers are gone): it gets its own run
+    timer, and the chain's execution timeout counts again from the reset, as Temporal
+    counts it: kept from the first start, a reset of an instance that timed out would time
+    out at once, and resetting is how an operator brings such an instance back. A rerun
+    is a new chain, with the workflow's own timeouts."""
     if meta.status not in _LIVE:
         return
     if meta.run_timeout_ms == 0 and meta.execution_deadline_ms == 0:
         arm_at_begin(b, meta, StartWorkflow(meta.instance_id), now_ms)
         return
+    if meta.execution_timeout_ms > 0:
+        _arm_execution(b, meta, now_ms)
+    elif meta.execution_deadline_ms:  # a row from before the timeout was kept: its deadline
+        meta.execution_deadline_ms = max(meta.execution_deadline_ms, now_ms)
+        _put_execution_timer(b, meta)
     _arm_run(b, meta, now_ms)
+
+
+def _arm_execution(b: Batch, meta: InstanceRow, now_ms: int) -> None:
+    timeout_ms = meta.execution_timeout_ms
+    meta.execution_deadline_ms = now_ms + timeout_ms if timeout_ms > 0 else 0
+    if meta.execution_deadline_ms:
+        _put_execution_timer(b, meta)
+
+
+def _put_execution_timer(b: Batch, meta: InstanceRow) -> None:
+    key = keys.TimerKey(
+        meta.execution_deadline_ms, meta.instance_id, meta.generation, EXECUTION_TIMEOUT_TIMER
+    )
+    b.tables.put_timer(key)
 
 
 def _arm_run(b: Batch, meta: InstanceRow, now_ms: int) -> None:

@@ -145,6 +145,26 @@ def test_a_reset_run_and_a_rerun_get_their_own_run_timeout(env: TestEngine) -> N
     assert env.get("rs-copy").status is RuntimeStatus.TIMED_OUT  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("reset_after", [20, 31])
+def test_a_reset_counts_the_execution_timeout_again_from_the_reset(
+    env: TestEngine, reset_after: int
+) -> None:
+    """Before or after the chain's deadline (31: the instance timed out), a reset run gets
+    the whole execution timeout again, counted from the reset, as in Temporal."""
+    env.start("to.plain", None, instance_id="ex", execution_timeout=30)
+    env.run()
+    env.advance(reset_after)
+    timed_out = env.get("ex").status is RuntimeStatus.TIMED_OUT  # type: ignore[union-attr]
+    assert timed_out is (reset_after > 30)
+    env.reset("ex", ResetTarget.FIRST_TURN, "again")
+    env.advance(29)
+    assert env.get("ex").status is RuntimeStatus.RUNNING  # type: ignore[union-attr]
+    env.advance(2)
+    state = env.get("ex")
+    assert state is not None and state.status is RuntimeStatus.TIMED_OUT
+    assert state.failure is not None and "execution_timeout" in state.failure.message
+
+
 @pytest.mark.parametrize(
     ("policy", "child_status"),
     [("TERMINATE", RuntimeStatus.TERMINATED), ("ABANDON", RuntimeStatus.RUNNING)],
