@@ -299,6 +299,11 @@ class ExecutionCancelRequested(EventBody):
 
     KIND: ClassVar[str] = "ExecutionCancelRequested"
     reason: str = ""
+    #: Written True since every fiber is cancelled (and an instance the cancellation ends
+    #: ends CANCELLED). Histories recorded before hold False (JSON histories leave it out)
+    #: and replay as they ran: only the main coroutine got ``CancelledError``, and an
+    #: instance it ended ended FAILED.
+    every_fiber: bool = field(default=False, metadata={OMIT_EMPTY: True})
 
 
 @dataclass(frozen=True, slots=True)

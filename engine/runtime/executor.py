@@ -387,9 +387,10 @@ class WorkflowExecution(ExecutionState):
         gen = self._gen
         cancelled = gen is not None and gen.cancel_reason is not None and is_cancelled(error)
         if cancelled and gen is not None and gen.cancel_reason is not None:
-            # the code let the requested cancellation end it
+            # the code let the requested cancellation end it (FAILED in old histories)
             failure = FailureDetails("CancelledError", gen.cancel_reason, "", False)
-            self._end(RuntimeStatus.CANCELLED, None, failure)
+            ended = RuntimeStatus.CANCELLED if gen.cancel_every_fiber else RuntimeStatus.FAILED
+            self._end(ended, None, failure)
             return
         if error is not None:
             self.code_error = error

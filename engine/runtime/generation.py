@@ -87,6 +87,7 @@ class Generation:
 
     __slots__ = (
         "arrivals",
+        "cancel_every_fiber",
         "cancel_reason",
         "children",
         "claims",
@@ -153,6 +154,9 @@ class Generation:
         self.arrivals = 0
         #: Set by ExecutionCancelRequested: the main coroutine was asked to stop.
         self.cancel_reason: str | None = None
+        #: Whether that request cancels every fiber and ends the instance CANCELLED (False
+        #: for requests recorded before: the main coroutine alone, ending it FAILED).
+        self.cancel_every_fiber = True
         self.claims: dict[int, EventWait] = {}
         self.conditions: list[ConditionTask] = []
         self.halt = False

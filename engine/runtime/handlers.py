@@ -162,14 +162,17 @@ def on_cancel_requested(ex: EventTarget, body: ExecutionCancelRequested) -> str 
     (so what each waited on is cancelled by running code, journaled as decisions: a running
     activity gets a cancellation request, a timer is cancelled). Spawned fibers first, in
     the order they were spawned (so replay cancels them alike), the main coroutine last: its
-    end ends the instance, and the others have seen the error by then."""
+    end ends the instance, and the others have seen the error by then. A request recorded
+    before that (``every_fiber`` False) replays as it ran: the main coroutine alone."""
     gen = _current(ex)
     if gen.cancel_reason is not None:
         return "a cancellation was already requested"
     ex.journal_inbound(body)
     gen.cancel_reason = body.reason or "cancellation requested"
+    gen.cancel_every_fiber = body.every_fiber
     main = gen.main
-    gen.ready.extend(fiber.cancel for fiber in gen.fibers if fiber is not main)
+    if body.every_fiber:
+        gen.ready.extend(fiber.cancel for fiber in gen.fibers if fiber is not main)
     if main is not None:
         gen.ready.append(main.cancel)
     return None

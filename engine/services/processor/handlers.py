@@ -458,7 +458,7 @@ def on_cancel(b: Batch, msg: CancelWorkflow, now_ms: int) -> None:
     if msg.request_id:
         _answered_cancel(b, msg, now_ms)
         return
-    _deliver(b, msg, Inbound(ExecutionCancelRequested(msg.reason)))
+    _deliver(b, msg, Inbound(ExecutionCancelRequested(msg.reason, every_fiber=True)))
 
 
 def on_cancel_command(b: Batch, msg: CancelWorkflow, now_ms: int) -> Verdict:
@@ -473,7 +473,7 @@ def on_cancel_command(b: Batch, msg: CancelWorkflow, now_ms: int) -> Verdict:
         failure = FailureDetails("CancelledError", msg.reason or "cancelled", "", False)
         _end_scheduled_start(b, meta, RuntimeStatus.CANCELLED, now_ms, failure)
         return accepted("cancelled before its scheduled start")
-    item.inbox.append(Inbound(ExecutionCancelRequested(msg.reason)))
+    item.inbox.append(Inbound(ExecutionCancelRequested(msg.reason, every_fiber=True)))
     return accepted()
 
 

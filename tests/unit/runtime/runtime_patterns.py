@@ -199,6 +199,19 @@ async def retrying(ctx: WorkflowContext, order: dict[str, Any]) -> str:
     return "charged"
 
 
+@patterns.workflow
+async def watched(ctx: WorkflowContext, order: str) -> str:
+    """The main coroutine waits for an approval while a spawned watcher sleeps; neither
+    catches a cancellation (the legacy golden history of a cancel request)."""
+
+    async def watcher() -> None:
+        await ctx.sleep(600)
+        ctx.set_custom_status(f"{order} is late")
+
+    ctx.spawn(watcher())
+    return str(await ctx.wait_for_event("approval"))
+
+
 PATTERN_RUNS: dict[str, tuple[str, Any]] = {
     "chain_5": ("chain", 5),
     "fan_out_20": ("fan_out", 20),

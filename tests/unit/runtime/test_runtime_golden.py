@@ -21,6 +21,7 @@ from runtime_patterns import PATTERN_RUNS, patterns
 from engine.core.history import (
     ContinuedAsNew,
     EventRaised,
+    ExecutionCancelRequested,
     ExecutionCompleted,
     ExecutionStarted,
     HistoryEvent,
@@ -150,3 +151,45 @@ def test_a_history_whose_continue_as_new_began_the_next_generation_in_its_turn_r
     report = checker.finish()
     assert [r.outcome for r in report.results] == [OK]
     assert report.generations == kinds.count("ExecutionStarted")
+
+
+CANCEL_LEGACY = GOLDEN / "legacy" / "cancel_before_every_fiber_was_cancelled.json"
+
+
+def test_a_cancel_request_recorded_before_every_fiber_was_cancelled_replays_as_it_was() -> None:
+    """Recorded by the engine before graceful cancel (``ExecutionCancelRequested`` without
+    ``every_fiber``): only the main coroutine got CancelledError, the spawned watcher kept
+    its timer, and the instance ended FAILED. Such a history replays and re-decides each
+    turn as recorded, and a cancel request written today cancels every fiber instead."""
+    from engine.services.audit.replay import OK, ReplayChecker
+
+    history = history_from_json(_load(CANCEL_LEGACY)["instances"]["wf-1"])
+    execution = WorkflowExecution(patterns, "wf-1")
+    execution.replay(history)
+    end = history[-1].body
+    assert isinstance(end, ExecutionCompleted) and end.status is RuntimeStatus.FAILED
+    assert execution.status is RuntimeStatus.FAILED
+    for start, stop in _turns(history):
+        result = execute(
+            patterns,
+            history[:start],
+            _inbound(history[start:stop], False),
+            history[start].body.time_ms,  # type: ignore[attr-defined]
+            instance_id="wf-1",
+        )
+        assert strip_stacks(result.new_events) == history[start:stop]
+    checker = ReplayChecker(patterns)
+    checker.feed_all(history)
+    assert [r.outcome for r in checker.finish().results] == [OK]
+    today = execute(
+        patterns,
+        history[:3],
+        [Inbound(ExecutionCancelRequested("the customer withdrew", every_fiber=True))],
+        history[3].body.time_ms,  # type: ignore[attr-defined]
+        instance_id="wf-1",
+    )
+    assert [type(e.body).__name__ for e in today.new_events][2:] == [
+        "TimerCancelled",
+        "ExecutionCompleted",
+    ]
+    assert today.status is RuntimeStatus.CANCELLED
