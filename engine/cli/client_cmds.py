@@ -73,6 +73,29 @@ def _add_wait_flags(parser: argparse.ArgumentParser, timeout: float) -> None:
     parser.add_argument("--json", action="store_true", help="print the status as JSON")
 
 
+def _positive_seconds(text: str) -> float:
+    value = not_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text!r}")
+    return value
+
+
+def _add_workflow_timeout_flags(parser: argparse.ArgumentParser) -> None:
+    """The per-start workflow timeouts of the run a command begins (``Client.start``)."""
+    parser.add_argument(
+        "--execution-timeout",
+        type=_positive_seconds,
+        metavar="SECONDS",
+        help="the whole chain of runs ends TIMED_OUT after this long (default: the workflow's)",
+    )
+    parser.add_argument(
+        "--run-timeout",
+        type=_positive_seconds,
+        metavar="SECONDS",
+        help="each run ends TIMED_OUT after this long (default: the workflow's)",
+    )
+
+
 # --- start ---------------------------------------------------------------------------------
 
 
@@ -103,6 +126,7 @@ def _register_start(subparsers: SubParsers) -> None:
     start.add_argument(
         "--tag", type=tag_pair, action="append", default=[], help="KEY=VALUE tag (repeatable)"
     )
+    _add_workflow_timeout_flags(start)
     start.add_argument("--wait", action="store_true", help="wait for completion, print status")
     start.add_argument(
         "--request-id", help="makes a retry safe: the same id starts once (default: new)"
@@ -131,6 +155,8 @@ def _start(args: argparse.Namespace) -> int:
             tags=dict(args.tag),
             version=args.version,
             concurrency_key=args.concurrency_key,
+            execution_timeout=args.execution_timeout,
+            run_timeout=args.run_timeout,
             wait=args.wait_answer,
         )
         if not args.wait:
@@ -178,6 +204,7 @@ def _register_raise(subparsers: SubParsers) -> None:
         "one just gets the event, an ended one a new run; ERROR_IF_RUNNING refuses a live "
         "one, TERMINATE_IF_RUNNING replaces it, REJECT_DUPLICATE refuses an ended one)",
     )
+    _add_workflow_timeout_flags(both)
     add_answer_flags(both)
 
 
@@ -206,6 +233,8 @@ def _signal_with_start(args: argparse.Namespace) -> int:
             request_id=args.request_id,
             wait=args.wait_answer,
             reuse_policy=IdReusePolicy(args.reuse_policy),
+            execution_timeout=args.execution_timeout,
+            run_timeout=args.run_timeout,
         )
     return print_answer(handle.outcome)
 

@@ -124,6 +124,9 @@ class SignalWithStart(Message):
     event_name: str = ""
     event_input: Payload | None = None
     reuse_policy: IdReusePolicy = IdReusePolicy.IGNORE_IF_RUNNING
+    #: The workflow timeouts of the run the start half begins, as :class:`StartWorkflow`'s.
+    execution_timeout_ms: int = 0
+    run_timeout_ms: int = 0
 
 
 # --- reset and rerun ------------------------------------------------------------------------
@@ -212,6 +215,9 @@ class UpdateWithStart(Message):
     update_name: str = ""
     update_input: Payload | None = None
     reuse_policy: IdReusePolicy = IdReusePolicy.IGNORE_IF_RUNNING
+    #: The workflow timeouts of the run the start half begins, as :class:`StartWorkflow`'s.
+    execution_timeout_ms: int = 0
+    run_timeout_ms: int = 0
 
 
 COMMAND_TYPES: tuple[type[Message], ...] = (

@@ -385,6 +385,8 @@ class CommandMethods:
         request_id: str | None = None,
         wait: bool = True,
         reuse_policy: IdReusePolicy = IdReusePolicy.IGNORE_IF_RUNNING,
+        execution_timeout: timedelta | float | None = None,
+        run_timeout: timedelta | float | None = None,
     ) -> WorkflowHandle[Any]:
         """Deliver ``event`` to the instance, starting a run of ``workflow`` (with
         ``input``) first unless it is RUNNING, SUSPENDED, PARKED or PENDING, in one atomic
@@ -394,7 +396,9 @@ class CommandMethods:
         IGNORE_IF_RUNNING, delivers the event to a live one and replaces an ended one
         (what Temporal's signal-with-start does); ERROR_IF_RUNNING refuses a live one
         (WorkflowAlreadyRunningError), TERMINATE_IF_RUNNING replaces it, REJECT_DUPLICATE
-        refuses an ended one (WorkflowAlreadyRanError)."""
+        refuses an ended one (WorkflowAlreadyRanError). ``execution_timeout`` and
+        ``run_timeout`` apply to the run the start half begins, as for :meth:`start` (a
+        live instance that just gets the event keeps its own)."""
         client = self._command_client()
         command = SignalWithStart(
             instance_id=instance_id,
@@ -406,6 +410,8 @@ class CommandMethods:
             event_name=event,
             event_input=None if data is None else to_payload(data),
             reuse_policy=IdReusePolicy(reuse_policy),
+            execution_timeout_ms=_timeout_ms("execution_timeout", execution_timeout),
+            run_timeout_ms=_timeout_ms("run_timeout", run_timeout),
         )
         outcome = client.send(command, wait=wait)
         result = None if isinstance(workflow, str) else return_type(workflow)
@@ -571,6 +577,8 @@ class CommandMethods:
         version: str = "",
         tags: dict[str, str] | None = None,
         reuse_policy: IdReusePolicy = IdReusePolicy.IGNORE_IF_RUNNING,
+        execution_timeout: timedelta | float | None = None,
+        run_timeout: timedelta | float | None = None,
         timeout: float | None = None,
         result_type: Any = None,
     ) -> Any:
@@ -579,7 +587,9 @@ class CommandMethods:
         handler returns (as :meth:`update`). The start's first turn runs before the
         update, so the code has set its handlers. ``reuse_policy`` judges an existing
         instance as for :meth:`signal_with_start` (the default updates a live one and
-        replaces an ended one); its refusals are raised as for ``start``."""
+        replaces an ended one); its refusals are raised as for ``start``.
+        ``execution_timeout`` and ``run_timeout`` apply to the run it begins, as for
+        :meth:`start`; ``timeout`` bounds the wait for the update's answer."""
         client = self._command_client()
         command = UpdateWithStart(
             instance_id=instance_id,
@@ -591,6 +601,8 @@ class CommandMethods:
             update_name=update,
             update_input=to_payload(arg),
             reuse_policy=IdReusePolicy(reuse_policy),
+            execution_timeout_ms=_timeout_ms("execution_timeout", execution_timeout),
+            run_timeout_ms=_timeout_ms("run_timeout", run_timeout),
         )
         return self._send_update(command, timeout, result_type)
 

@@ -570,6 +570,8 @@ def on_signal_with_start(b: Batch, msg: SignalWithStart, now_ms: int) -> Verdict
         reuse_policy=msg.reuse_policy,
         request_id=msg.request_id,
         tags=dict(msg.tags),
+        execution_timeout_ms=msg.execution_timeout_ms,
+        run_timeout_ms=msg.run_timeout_ms,
     )
     if meta.exists and item.inbox:
         step_instance(b, item, now_ms)  # as a start: what the batch queued applies first
@@ -604,6 +606,8 @@ def on_update_with_start(b: Batch, msg: UpdateWithStart, now_ms: int) -> None:
         reuse_policy=msg.reuse_policy,
         request_id=msg.request_id,
         tags=checked_tags(msg.tags),
+        execution_timeout_ms=msg.execution_timeout_ms,
+        run_timeout_ms=msg.run_timeout_ms,
     )
     keys.check_instance_id(msg.instance_id)
     refusal = _reserved(msg.instance_id)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from engine import Registry, WorkflowContext
+from engine.cli.main import build_parser
 from engine.core.errors import RegistrationError
 from engine.core.history import RuntimeStatus
 from engine.core.messages import ResetTarget
@@ -50,6 +51,12 @@ async def parent(ctx: WorkflowContext, policy: str) -> str:
 async def buggy(ctx: WorkflowContext, _: Any) -> None:
     await ctx.sleep(1)
     raise KeyError("a bug: the instance parks")
+
+
+@registry.workflow(name="to.updatable")
+async def updatable(ctx: WorkflowContext, _: Any) -> str:
+    ctx.set_update_handler("ping", lambda: "pong")
+    return str(await ctx.wait_for_event("go"))
 
 
 @pytest.fixture
@@ -186,3 +193,33 @@ def test_a_timeout_must_be_positive(bad: Any) -> None:
         Registry().workflow(name="bad", run_timeout=bad)(plain)
     with TestEngine(registry) as env, pytest.raises(ValueError, match="execution_timeout"):
         env.start("to.plain", None, execution_timeout=bad)
+
+
+def test_signal_with_start_and_update_with_start_take_the_start_timeouts(env: TestEngine) -> None:
+    env.signal_with_start("to.plain", "sws", "hello", execution_timeout=8)
+    env.update_with_start(
+        "to.updatable", None, instance_id="uws", update="ping", run_timeout=timedelta(seconds=8)
+    )
+    env.run()
+    env.signal_with_start("to.plain", "sws", "again", run_timeout=1)  # live: the event only
+    env.advance(7)
+    assert env.get("sws").status is RuntimeStatus.RUNNING  # type: ignore[union-attr]
+    assert env.get("uws").status is RuntimeStatus.RUNNING  # type: ignore[union-attr]
+    env.advance(2)
+    sws, uws = env.get("sws"), env.get("uws")
+    assert sws is not None and sws.status is RuntimeStatus.TIMED_OUT
+    assert sws.failure is not None and "execution_timeout" in sws.failure.message
+    assert uws is not None and uws.status is RuntimeStatus.TIMED_OUT
+    assert uws.failure is not None and "run_timeout" in uws.failure.message
+
+
+def test_the_cli_takes_the_start_timeouts_for_start_and_signal_with_start() -> None:
+    parser = build_parser()
+    args = parser.parse_args(
+        ["signal-with-start", "wf", "i-1", "go", "--execution-timeout", "30", "--run-timeout", "5"]
+    )
+    assert (args.execution_timeout, args.run_timeout) == (30.0, 5.0)
+    args = parser.parse_args(["start", "wf", "--run-timeout", "2.5"])
+    assert (args.execution_timeout, args.run_timeout) == (None, 2.5)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["start", "wf", "--execution-timeout", "0"])
