@@ -5,6 +5,7 @@ same from the recorded updates."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from typing import Any
 
@@ -16,6 +17,7 @@ from runtime_harness import Sim
 from engine import Registry, WorkflowContext
 from engine.core.failure import FailureDetails
 from engine.core.history import (
+    ExecutionCancelRequested,
     ExecutionResumed,
     ExecutionSuspended,
     RuntimeStatus,
@@ -160,12 +162,14 @@ def test_suspended_and_ended_instances_refuse_updates() -> None:
     assert not sim.bodies(UpdateAccepted)
 
 
-# --- interleaving updates, events and continue-as-new -------------------------------------
+# --- interleaving updates, events, cancels and continue-as-new -----------------------------
 
 
 @reg.workflow
 async def rounds(ctx: WorkflowContext, state: dict[str, Any]) -> int:
-    """Adds what updates bring; an event "next" continues as new once no update runs."""
+    """Adds what updates bring; an event "next" continues as new once no update runs. A
+    first cancellation request continues as new too (once its updates have finished), a
+    later one, in another generation, ends the instance CANCELLED."""
     total: dict[str, int] = {"value": state["total"]}
 
     async def add(n: int) -> int:
@@ -174,64 +178,97 @@ async def rounds(ctx: WorkflowContext, state: dict[str, Any]) -> int:
         return total["value"]
 
     ctx.set_update_handler("add", add, validator=lambda n: None if n >= 0 else 1 / 0)
-    command = await ctx.wait_for_event("command")
-    await ctx.wait_condition(ctx.all_updates_finished)
+    try:
+        command = await ctx.wait_for_event("command")
+        await ctx.wait_condition(ctx.all_updates_finished)
+    except asyncio.CancelledError:
+        await ctx.wait_condition(ctx.all_updates_finished)  # those accepted after it
+        if state.get("cancelled"):
+            raise
+        ctx.continue_as_new({"total": total["value"], "cancelled": True})
     if command == "stop":
         return total["value"]
-    ctx.continue_as_new({"total": total["value"]})
+    ctx.continue_as_new({**state, "total": total["value"]})
 
 
 OPS = st.lists(
     st.one_of(
         st.tuples(st.just("update"), st.sampled_from(["a", "b", "c", "d"]), st.integers(-1, 5)),
         st.tuples(st.just("next"), st.none(), st.none()),
+        st.tuples(st.just("cancel"), st.none(), st.none()),
         st.tuples(st.just("run"), st.none(), st.none()),
     ),
     max_size=25,
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def _play(sim: Sim, ops: list[tuple[str, Any, Any]]) -> None:
+    for op, update_id, n in ops:
+        if op == "update":
+            _update(sim, update_id, "add", n)  # an id may come again: a client's retry
+        elif op == "next":
+            sim.raise_event("wf-1", "command", "next")
+        elif op == "cancel":
+            sim.send("wf-1", ExecutionCancelRequested("hypothesis", every_fiber=True))
+        else:
+            sim.run()
+
+
+def _updates_by_generation(sim: Sim) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """Per update id, the generations that accepted it and those that completed it."""
+    accepted: dict[str, list[int]] = {}
+    completed: dict[str, list[int]] = {}
+    for event in sim.history():
+        body = event.body
+        if type(body) is UpdateAccepted:
+            accepted.setdefault(body.update_id, []).append(event.generation)
+            assert from_payload(body.input) >= 0  # the validator let no negative one in
+        elif type(body) is UpdateCompleted:
+            completed.setdefault(body.update_id, []).append(event.generation)
+    return accepted, completed
+
+
+def _answer(done: UpdateCompleted) -> tuple[Any, ...]:
+    """What a retry is answered with (a carried failure has no stack)."""
+    failure = done.failure
+    return (done.output, None if failure is None else (failure.type, failure.message))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(OPS, st.booleans(), st.randoms(use_true_random=False))
 def test_every_accepted_update_completes_exactly_once_or_is_still_pending(
     ops: list[tuple[str, Any, Any]], cold: bool, rng: random.Random
 ) -> None:
+    """Updates (ids sent again: retries, also across generations), events that continue
+    as new, cancellation requests and turns, interleaved in any order and batching: an
+    update id is accepted once in the whole run (a retry after a continue-as-new finds
+    the carried result) and completes once, in the generation that accepted it, or is
+    still pending there; the carried result is the recorded one; replay agrees."""
     sim = Sim(reg, cold=cold, rng=rng, max_batch=3)
     sim.start("rounds", {"total": 0})
-    for op, update_id, n in ops:
-        if op == "update":
-            _update(sim, update_id, "add", n)
-        elif op == "next":
-            sim.raise_event("wf-1", "command", "next")
-        else:
-            sim.run()
+    _play(sim, ops)
     sim.run(timers=False)
-    accepted: dict[tuple[int, str], int] = {}
-    completed: dict[tuple[int, str], int] = {}
-    for event in sim.history():
-        body = event.body
-        if type(body) is UpdateAccepted:
-            key = (event.generation, body.update_id)
-            accepted[key] = accepted.get(key, 0) + 1
-            assert from_payload(body.input) >= 0  # the validator let no negative one in
-        elif type(body) is UpdateCompleted:
-            key = (event.generation, body.update_id)
-            completed[key] = completed.get(key, 0) + 1
-    assert set(accepted.values()) <= {1}  # de-duplicated by update id
-    assert set(completed.values()) <= {1} and set(completed) <= set(accepted)
-    gen = sim.execution().current_generation
+    accepted, completed = _updates_by_generation(sim)
+    assert all(len(gens) == 1 for gens in accepted.values())  # de-duplicated by update id
+    assert all(completed.get(uid, gens) == gens for uid, gens in accepted.items())
+    assert set(completed) <= set(accepted)
+    execution = sim.execution()
+    gen = execution.current_generation
     assert gen is not None
-    pending = {(gen.number, uid) for uid, done in gen.update_ids.items() if done is None}
+    pending = {uid for uid, done in gen.update_ids.items() if done is None}
     assert set(accepted) == set(completed) | pending
+    assert all(accepted[uid] == [gen.number] for uid in pending)
+    first = {b.update_id: _answer(b) for b in sim.bodies(UpdateCompleted)}
+    assert {uid: _answer(d) for uid, d in gen.update_ids.items() if d is not None} == first
     sim.run()  # with the timers: every pending update finishes
-    sim.raise_event("wf-1", "command", "stop")
-    sim.run()
-    assert sim.status() is RuntimeStatus.COMPLETED
-    finished = [e for e in sim.history() if type(e.body) is UpdateCompleted]
-    assert len(finished) == len(sim.bodies(UpdateAccepted))
+    if sim.status() is RuntimeStatus.RUNNING:
+        sim.raise_event("wf-1", "command", "stop")
+        sim.run()
+    assert sim.status() in (RuntimeStatus.COMPLETED, RuntimeStatus.CANCELLED)
+    assert len(sim.bodies(UpdateCompleted)) == len(sim.bodies(UpdateAccepted))
     replayed = WorkflowExecution(reg, "wf-1")
     replayed.replay(sim.history())
-    assert replayed.status is RuntimeStatus.COMPLETED
+    assert replayed.status is sim.status()
 
 
 @pytest.mark.parametrize("cold", [False, True])
@@ -288,9 +325,9 @@ def test_a_retry_after_a_continue_as_new_is_answered_with_the_first_result(cold:
     assert gen is not None
     first = gen.update_ids["u1"]
     assert first is not None and from_payload(first.output) == 4
-    carried = [e for e in sim.history() if type(e.body) is UpdatesCarried]
-    assert [e.generation for e in carried] == [1, 2]
-    assert [u.update_id for u in carried[-1].body.updates] == ["u1", "u2"]
+    carried = [(e.generation, e.body) for e in sim.history() if isinstance(e.body, UpdatesCarried)]
+    assert [generation for generation, _ in carried] == [1, 2]
+    assert [u.update_id for u in carried[-1][1].updates] == ["u1", "u2"]
     replayed = WorkflowExecution(reg, "wf-1")
     replayed.replay(sim.history())
     assert replayed.current_generation is not None
