@@ -7,22 +7,26 @@ is the pure-function form, ``(definition, history, new events) -> decisions``.
 
 Turn structure. A turn appends ``TurnStarted(now_ms)`` (only if it accepts at least one
 event), then the accepted inbound events in the order given, then the decisions the code
-made. Replay splits history at the same boundaries, applies each turn's inbound events and
-re-runs the code, matching its decisions against the recorded ones (see
-:mod:`engine.runtime.journal`). ``ctx.now()`` is the turn's ``TurnStarted`` time, or the
-``ExecutionStarted`` event's timestamp in the turn that starts a generation.
+made. One exception: an update offered to a generation whose code has not run yet (it
+began in this turn) has the code run first, so its decisions come before the
+``UpdateAccepted`` (the code sets the update handlers). Replay splits history at the same
+boundaries, applies each turn's inbound events and re-runs the code, matching its
+decisions against the recorded ones (see :mod:`engine.runtime.journal`). ``ctx.now()`` is
+the turn's ``TurnStarted`` time, or the ``ExecutionStarted`` event's timestamp in the turn
+that starts a generation.
 
 Statuses. ``PENDING`` until ExecutionStarted is applied (the processor delays delivering
 ExecutionStarted while ``scheduled_start_ms`` is in the future); then ``RUNNING``;
 ``SUSPENDED`` between ExecutionSuspended and ExecutionResumed; finally ``COMPLETED``,
-``FAILED`` or ``TERMINATED``. ``CONTINUED_AS_NEW`` is the state between two generations:
-a continue-as-new ends the turn with ``ContinuedAsNew``, and the next :meth:`step` (any
-turn, even one with no new events) begins the next generation before it applies its
-events: ``TurnStarted``, the new ``ExecutionStarted``, then the unconsumed events carried
-over (at most ``continuation.EVENT_WINDOW`` of each name; the rest leave with the
-``ContinueAsNew`` action for the processor to hand over later). So one turn runs one
-generation's code, and a replay of a generation that ended this way stands ready to begin
-the next one.
+``FAILED``, ``CANCELLED``, ``TERMINATED`` or ``TIMED_OUT``. ``CONTINUED_AS_NEW`` is the
+state between two generations: a continue-as-new ends the turn with ``ContinuedAsNew``,
+and the next :meth:`step` (any turn, even one with no new events) begins the next
+generation before it applies its events: ``TurnStarted``, the new ``ExecutionStarted``,
+the updates the run completed (``UpdatesCarried``, bounded: see
+:mod:`engine.runtime.continuation`), then the unconsumed events carried over (at most
+``continuation.EVENT_WINDOW`` of each name; the rest leave with the ``ContinueAsNew``
+action for the processor to hand over later). So one turn runs one generation's code, and
+a replay of a generation that ended this way stands ready to begin the next one.
 
 Suspension. While SUSPENDED, inbound events keep being validated, journaled and applied to
 the waiting points (a result resolves its task, an event is buffered), but the code does

@@ -12,8 +12,10 @@ point:
   again (reused), the event at the point and everything after it are dropped, and the
   code decides that turn again; the first turn's ``ExecutionStarted`` is always reused;
 - events raised after the point (``EventRaised``: from clients and other instances) are
-  delivered again, in order, so a reset never loses what others sent it; nothing else
-  after the point is (results, timer fires, suspensions, the run's end are redone or gone).
+  delivered again, in order, so a reset never loses what others sent it, and so are the
+  updates a continue-as-new carried into the run (``UpdatesCarried``), so a retry of one
+  still gets its first answer; nothing else after the point is (results, timer fires,
+  suspensions, the run's end are redone or gone).
 
 ``ExecutionTerminated`` is never reused: a reset is how a run is brought back to life.
 """
@@ -37,6 +39,7 @@ from engine.core.history import (
     RuntimeStatus,
     TaskFailed,
     TurnStarted,
+    UpdatesCarried,
 )
 from engine.core.messages import ResetTarget
 from engine.runtime.handlers import INBOUND
@@ -44,6 +47,10 @@ from engine.runtime.handlers import INBOUND
 #: Inbound kinds of the cut turn that are offered again (a termination is not; a reset's
 #: own marker belongs to the run it started).
 _REUSED = frozenset(INBOUND) - {ExecutionTerminated, ExecutionReset}
+
+
+#: What is offered again even from after the point: what others sent, what was carried.
+_KEPT_AFTER_THE_POINT = frozenset({EventRaised, UpdatesCarried})
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +106,7 @@ def plan_reset(events: Sequence[HistoryEvent], point: int) -> ResetPlan:
         body = event.body
         if event.sequence < point and type(body) in _REUSED:
             reused.append(body)
-        elif event.sequence >= point and type(body) is EventRaised:
+        elif event.sequence >= point and type(body) in _KEPT_AFTER_THE_POINT:
             raised.append(body)
     return ResetPlan(point, kept, reused + raised)
 

@@ -17,6 +17,7 @@ from engine.core.errors import (
     UpdateRejectedError,
 )
 from engine.core.history import UpdateAccepted, UpdateCompleted
+from engine.core.messages import ResetTarget
 from engine.testing import TestEngine
 
 app = Registry()
@@ -247,3 +248,14 @@ def test_a_retry_after_a_continue_as_new_gets_the_first_answer() -> None:
             if isinstance(e.body, UpdateAccepted)
         ]
         assert accepted == [(0, "first"), (1, "second")]
+
+
+def test_a_reset_to_the_first_turn_keeps_the_updates_the_run_carried() -> None:
+    with TestEngine(app) as env:
+        run = env.start("looper", 0)
+        assert run.update("generation", update_id="first") == 0
+        env.raise_event(run, "next")
+        env.run()
+        env.reset(run, ResetTarget.FIRST_TURN, "again")  # generation 1 begins again
+        assert run.update("generation", update_id="first") == 0  # still the first answer
+        assert run.update("generation", update_id="later") == 2
