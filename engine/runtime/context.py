@@ -389,7 +389,9 @@ class WorkflowContext:
         """Whether every update accepted in this generation has finished. A generation
         that ends (returns, continues as new) leaves unfinished updates unanswered by the
         code, so wait for this first: ``await ctx.wait_condition(ctx.all_updates_finished)``.
-        The updates of a turn are accepted before the code runs, so none slips past."""
+        The updates of a turn are accepted before the code runs (in a generation's first
+        turn, once its code has run up to its first wait and set its handlers; one offered
+        to a generation that ended meanwhile is refused), so none slips past."""
         return None not in self._gen.update_ids.values()
 
     def set_custom_status(self, value: Any) -> None:

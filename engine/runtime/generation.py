@@ -185,7 +185,8 @@ class Generation:
         #: The update handlers the code set (``ctx.set_update_handler``), by name.
         self.updates: dict[str, UpdateHandler] = {}
         #: Every update accepted in this generation, by update id: None while its handler
-        #: runs, then its ``UpdateCompleted`` (so a retry is answered instead of run again).
+        #: runs, then its ``UpdateCompleted`` (so a retry is answered instead of run again);
+        #: also those earlier generations completed (``UpdatesCarried``).
         self.update_ids: dict[str, UpdateCompleted | None] = {}
 
     # --- journaling ---------------------------------------------------------------------------
