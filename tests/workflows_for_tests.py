@@ -250,6 +250,24 @@ async def ledger(ctx: WorkflowContext, start: int) -> int:
     return balance["value"]
 
 
+@workflow(name="t.slow_ledger")
+async def slow_ledger(ctx: WorkflowContext, start: int) -> int:
+    """Takes ``deposit`` updates ``{"amount": n, "after": seconds}`` whose handler sleeps
+    (a durable timer) before it adds, so an update is accepted in one turn and completed in
+    a later one; returns the balance after a ``close`` event."""
+    balance = {"value": start}
+
+    async def deposit(arg: dict[str, int]) -> int:
+        await ctx.sleep(arg["after"])
+        balance["value"] += arg["amount"]
+        return balance["value"]
+
+    ctx.set_update_handler("deposit", deposit)
+    await ctx.wait_for_event("close")
+    await ctx.wait_condition(ctx.all_updates_finished)
+    return balance["value"]
+
+
 @workflow(name="t.tally")
 async def tally(ctx: WorkflowContext, start: int) -> int:
     """Counts the ``add`` events until ``stop``; queries ``count``, ``plus`` and ``peek``
