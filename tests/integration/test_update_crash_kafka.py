@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_harness import EngineProcess, RunningEngine, history_problems, running_engine, wait_until
+from engine_harness import (
+    EngineProcess,
+    RunningEngine,
+    history_problems,
+    running_engine,
+    wait_until,
+)
 
 from engine.core.history import RuntimeStatus, TimerFired, UpdateAccepted, UpdateCompleted
 
@@ -53,9 +59,7 @@ def test_an_update_accepted_before_a_sigkill_completes_once_after_the_restart(
 
         sender = threading.Thread(target=update, name="update")
         sender.start()
-        wait_until(
-            lambda: _kinds(engine, instance_id, UpdateAccepted), WAIT, 0.2, "the acceptance"
-        )
+        wait_until(lambda: _kinds(engine, instance_id, UpdateAccepted), WAIT, 0.2, "the acceptance")
         processor.kill()
         # the kill came between the two turns: the completion is not on the topic
         assert not _kinds(engine, instance_id, UpdateCompleted), "completed before the kill"
