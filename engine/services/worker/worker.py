@@ -662,6 +662,8 @@ class Worker:
         if not self.offsets.is_current(c.partition, c.epoch):
             log.info("dropping the result of %s: its partition moved", c.task.attempt_label)
             return None
+        if c.outcome == "later" and c.task.heartbeat_timeout_ms > 0:
+            return self._handed_over(c)
         if c.outcome in ("cancelled", "later"):  # nothing to report (yet, for "later")
             self.offsets.done(c.partition, c.offset, c.epoch)
             self.stats[c.outcome] += 1
@@ -678,6 +680,26 @@ class Worker:
         value = encode_message(c.result())
         out = self._held(Outbound(key, value, c.partition, False, headers, None, c.offset, c.epoch))
         self.offsets.done(c.partition, c.offset, c.epoch)
+        return out
+
+    def _handed_over(self, c: Completion) -> Outbound:
+        """An attempt that completes later on a call with a heartbeat timeout: the note
+        that hands the timing of its heartbeats to the processor (with the details of the
+        last one the body sent), held on the task's offset like a result."""
+        t = c.task
+        note = ActivityResult(
+            t.instance_id,
+            t.generation,
+            t.task_id,
+            t.attempt,
+            details=c.details,
+            run_id=t.run_id,
+            heartbeat_timeout_ms=t.heartbeat_timeout_ms,
+        )
+        key, value = t.instance_id.encode("utf-8"), encode_message(note)
+        out = self._held(Outbound(key, value, c.partition, offset=c.offset, epoch=c.epoch))
+        self.offsets.done(c.partition, c.offset, c.epoch)
+        self.stats["later"] += 1
         return out
 
     def replace_rejected(self, record: Outbound, reason: str) -> Outbound:
