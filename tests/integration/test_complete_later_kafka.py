@@ -105,3 +105,26 @@ def test_the_async_client_fails_and_then_completes_the_retry(kafka_bootstrap: st
         asyncio.run(finish(engine, instance))
         final = engine.wait_for_completion(instance)
     assert final.output == "invoice 11: approved"
+
+
+def test_heartbeats_by_token_are_timed_by_the_processor(kafka_bootstrap: str) -> None:
+    """A heartbeat by token is accepted and its details kept; once they stop, the
+    processor's heartbeat timer fails the attempt and the retry begins with those details;
+    a heartbeat of the first attempt is then refused by the processor (CLI exit 4)."""
+    with running_engine(kafka_bootstrap, workers=1, modules=MODULES) as engine:
+        instance = engine.client.start("later.review", "contract 3")
+        wait_until(lambda: bool(lw.tokens.get(instance)), what="the activity's task token")
+        first = lw.tokens[instance][0]
+        engine.client.heartbeat_activity(first, {"pages": 4})
+        wait_until(lambda: len(lw.tokens[instance]) == 2, 120, what="the retry after the timeout")
+        stale = _cli(engine, "heartbeat", first, "--details", '{"pages": 5}')
+        second = lw.tokens[instance][1]
+        beat = _cli(engine, "heartbeat", second, "--details", '{"pages": 9}')
+        engine.client.complete_activity(second, "signed")
+        final = engine.wait_for_completion(instance)
+        failures = [e.body for e in engine.history(instance) if e.body.KIND == "TaskFailed"]
+    assert lw.began_with[instance] == [None, {"pages": 4}]
+    assert stale.returncode == 4 and "stale" in stale.stderr, stale.stderr
+    assert beat.returncode == 0 and "accepted" in beat.stdout, beat.stderr
+    assert final.output == "contract 3: signed"
+    assert [f.failure.type for f in failures] == ["ActivityTimeoutError"]
