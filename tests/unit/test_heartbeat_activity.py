@@ -15,6 +15,7 @@ from engine.core.activity_info import current_activity
 from engine.core.errors import ActivityFailedError, StaleTaskTokenError
 from engine.core.history import RuntimeStatus, TaskFailed
 from engine.core.messages import ActivityResult
+from engine.core.task_tokens import TaskToken
 from engine.testing import TestEngine
 
 app = Registry()
@@ -124,3 +125,30 @@ def test_the_worker_hands_the_timing_over_only_for_calls_with_a_heartbeat_timeou
         handed = [n for n in notes if isinstance(n, ActivityResult)]
         assert [(n.instance_id, n.heartbeat_timeout_ms) for n in handed] == [("timed", 10_000)]
         assert handed[0].output is None and handed[0].failure is None
+
+
+def test_a_late_hand_over_note_of_a_retried_attempt_takes_nothing_from_the_retry() -> None:
+    """The token holder failed attempt 1 before its worker's note came; the retry was
+    handed over since. The late note of attempt 1 is dropped, so attempt 2 keeps being
+    timed (and times out)."""
+    with TestEngine(app) as env:
+        first = _started(env, "late")
+        env.fail_activity(first, "not yet")
+        env.run()
+        token = TaskToken.decode(first)
+        late = ActivityResult(
+            "late",
+            token.generation,
+            token.task_id,
+            1,
+            run_id=token.run_id,
+            heartbeat_timeout_ms=10_000,
+        )
+        env.send(late)
+        env.run()
+        env.advance(11)
+        env.run()
+        final = env.get("late")
+        assert final is not None and final.status is RuntimeStatus.COMPLETED
+        assert "no heartbeat for 10000 ms" in final.output["failed"]
+        assert [f.attempt for f in _failures(env, "late")] == [1, 2]

@@ -49,11 +49,16 @@ _LIVE = (RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED)
 
 def on_handed_over(b: Batch, msg: ActivityResult, now_ms: int) -> None:
     """The worker let go of an attempt that completes later: time its heartbeats from now
-    (keeping the details of heartbeats that came before this note)."""
-    meta = b.load(msg.instance_id).meta
-    if _stale(meta.status, meta.generation, meta.run_id, msg) is not None:
-        return
+    (keeping the details of heartbeats that came before this note). A note of an attempt
+    the instance no longer waits for (finished by token before the note came, or retried)
+    is dropped: it must not take the row of the attempt that is current."""
+    item = b.load(msg.instance_id)
     row = read(b.tables, msg.instance_id, msg.task_id)
+    stale = _note_stale(b, item, msg, row)
+    if stale is not None:
+        b.counters.reject(msg.KIND)
+        log.info("hand-over note of %s ignored: %s", _what(msg), stale)
+        return
     kept = row.details if row is not None and _same(row, msg) else None
     details = msg.details if msg.details is not None else kept
     deadline = now_ms + msg.heartbeat_timeout_ms
@@ -61,6 +66,22 @@ def on_handed_over(b: Batch, msg: ActivityResult, now_ms: int) -> None:
         msg.generation, msg.attempt, msg.run_id, deadline, msg.heartbeat_timeout_ms, details
     )
     _arm(b, msg.instance_id, msg.task_id, attempt)
+
+
+def _note_stale(
+    b: Batch, item: Loaded, msg: ActivityResult, row: LaterAttempt | None
+) -> str | None:
+    meta = item.meta
+    stale = _stale(meta.status, meta.generation, meta.run_id, msg)
+    if stale is not None:
+        return stale
+    if row is not None and row.generation == msg.generation and row.attempt > msg.attempt:
+        return f"attempt {row.attempt} of the call is current"
+    open_ = _open_attempts(b, item)
+    waiting = None if open_ is None else open_.get(msg.task_id)
+    if open_ is not None and (waiting is None or waiting[1] != msg.attempt):
+        return "the instance no longer waits for it"
+    return None
 
 
 def on_heartbeat(b: Batch, msg: ActivityResult, now_ms: int) -> None:
@@ -81,8 +102,7 @@ def _heartbeat(b: Batch, msg: ActivityResult, now_ms: int) -> Verdict:
     if stale is None:
         stale = _not_waited_for(b, item, msg, row)
     if stale is not None:
-        what = f"attempt {msg.attempt} of activity task {msg.task_id} of {msg.instance_id}"
-        return refused(errors.StaleTaskTokenError, f"{what} is stale: {stale}")
+        return refused(errors.StaleTaskTokenError, f"{_what(msg)} is stale: {stale}")
     if row is None or not _same(row, msg):
         row = LaterAttempt(msg.generation, msg.attempt, msg.run_id)
     details = msg.details if msg.details is not None else row.details
@@ -192,3 +212,7 @@ def _same(row: LaterAttempt, msg: ActivityResult) -> bool:
         and row.attempt == msg.attempt
         and (not runs.is_other_run_id(row.run_id, msg.run_id))
     )
+
+
+def _what(msg: ActivityResult) -> str:
+    return f"attempt {msg.attempt} of activity task {msg.task_id} of {msg.instance_id}"
