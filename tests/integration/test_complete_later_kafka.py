@@ -1,19 +1,31 @@
 """Completing an activity by task token on the real broker: the worker leaves the attempt
 open, another process completes it with its own client (and a second completion from
 there is refused as stale), the CLI fails it, and the async client fails an attempt and
-completes its retry."""
+completes its retry. Heartbeats by token are timed by the processor, also across a
+SIGKILL of it."""
 
 from __future__ import annotations
 
 import asyncio
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from engine.client import AsyncClient
+from engine.codec import decode_message
+from engine.core.messages import ActivityTask
+from engine.core.payloads import from_payload
+from engine.core.task_tokens import TaskToken
 from tests import complete_later_workflows as lw
-from tests.engine_harness import REPO_ROOT, RunningEngine, running_engine, wait_until
+from tests.engine_harness import (
+    REPO_ROOT,
+    EngineProcess,
+    RunningEngine,
+    running_engine,
+    wait_until,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -128,3 +140,43 @@ def test_heartbeats_by_token_are_timed_by_the_processor(kafka_bootstrap: str) ->
     assert beat.returncode == 0 and "accepted" in beat.stdout, beat.stderr
     assert final.output == "contract 3: signed"
     assert [f.failure.type for f in failures] == ["ActivityTimeoutError"]
+
+
+def _tasks(engine: RunningEngine, instance: str) -> list[ActivityTask]:
+    """The attempts sent to workers for ``instance``, read from the task topic."""
+    records = engine.read(engine.topics.activity_tasks)
+    tasks = [decode_message(r.value) for r in records if r.value]
+    return [t for t in tasks if isinstance(t, ActivityTask) and t.instance_id == instance]
+
+
+def _token(task: ActivityTask) -> str:
+    return TaskToken(
+        task.instance_id, task.run_id, task.generation, task.task_id, task.attempt
+    ).encode()
+
+
+def test_a_heartbeat_deadline_outlives_a_sigkill_of_the_processor(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The deadline and details of an attempt handed over to the processor are in its
+    state: after a SIGKILL and a restart the deadline still fails the attempt, and the
+    retry begins with the details of the heartbeat sent before the kill."""
+    with running_engine(
+        kafka_bootstrap, modules=MODULES, in_process=False, state_dir=tmp_path
+    ) as engine:
+        processor = engine.processors["processor-0"]
+        assert isinstance(processor, EngineProcess)
+        processor.wait_for_log("restored:", 120)
+        instance = engine.client.start("later.review", "contract 4")
+        [first] = wait_until(lambda: _tasks(engine, instance), 120, 0.2, "the first attempt")
+        engine.client.heartbeat_activity(_token(first), {"pages": 2})  # answered: applied
+        processor.kill()
+        processor.start()
+        tasks = wait_until(lambda: _tasks(engine, instance)[1:], 120, 0.2, "the retry")
+        second = tasks[0]
+        engine.client.complete_activity(_token(second), "signed")
+        final = engine.wait_for_completion(instance)
+        failures = [e.body for e in engine.history(instance) if e.body.KIND == "TaskFailed"]
+    assert second.attempt == 2 and from_payload(second.heartbeat_details) == {"pages": 2}
+    assert final.output == "contract 4: signed"
+    assert [(f.attempt, f.failure.type) for f in failures] == [(1, "ActivityTimeoutError")]
