@@ -1,7 +1,7 @@
 """Completing an activity by task token on the real broker: the worker leaves the attempt
 open, another process completes it with its own client (and a second completion from
-there is refused as stale), the CLI fails it, and the async client fails an attempt and
-completes its retry. Heartbeats by token are timed by the processor, also across a
+there is refused as stale), the CLI fails it, and the async client heartbeats and fails an
+attempt and completes its retry. Heartbeats by token are timed by the processor, also across a
 SIGKILL of it."""
 
 from __future__ import annotations
@@ -105,6 +105,7 @@ def test_the_cli_fails_the_attempt_and_refuses_a_damaged_token(kafka_bootstrap: 
 def test_the_async_client_fails_and_then_completes_the_retry(kafka_bootstrap: str) -> None:
     async def finish(engine: RunningEngine, instance: str) -> None:
         async with AsyncClient(settings=engine.settings) as client:
+            await client.heartbeat_activity(lw.tokens[instance][0], {"read": 1})  # answered
             await client.fail_activity(lw.tokens[instance][0], "not yet")
             await asyncio.to_thread(
                 wait_until, lambda: len(lw.tokens[instance]) == 2, what="the retry's token"
