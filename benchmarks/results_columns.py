@@ -83,6 +83,11 @@ COLUMNS: dict[str, list[str]] = {
         "date (UTC)", "commit", "machine", "load avg", "params",
         "start-to-outcome p50 / p99 ms", "query p50 / p99 ms", "query p50 / start p50",
     ],
+    "updates": [
+        "date (UTC)", "commit", "machine", "load avg", "params",
+        "start-to-outcome p50 / p99 ms", "update p50 / p99 ms", "update p50 / start p50",
+        "note",
+    ],
     "cache-pressure": [
         "date (UTC)", "commit (before -> after)", "machine", "load avg", "params", "wf/s: "
         "before / after / fits", "after / before wf/s", "over the cache / fits wf/s", "processor "

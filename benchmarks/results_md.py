@@ -559,6 +559,15 @@ TARGETS: tuple[Target, ...] = (
             f"{r['values']['query p50 / start p50']}x"
         ),
     ),
+    Target(
+        "updates", "update round trip", "update p50 <= 2x start-to-outcome p50 (one turn more)",
+        2.0, True, lambda r: True, _value("update p50 / start p50"),
+        lambda r: (
+            f"{r['values']['update p50 / p99 ms']} ms against "
+            f"{r['values']['start-to-outcome p50 / p99 ms']} ms (p50 / p99): "
+            f"{r['values']['update p50 / start p50']}x"
+        ),
+    ),
     _scale("inline"),
     _scale("activities"),
     Target(

@@ -409,6 +409,11 @@ class AsyncClient:
     async def fail_activity(self, token: str, error: BaseException | str) -> None:
         """As :meth:`Client.fail_activity`."""
         await asyncio.to_thread(self.sync.fail_activity, token, error)
+
+    async def heartbeat_activity(self, token: str, details: Any = None) -> None:
+        """As :meth:`Client.heartbeat_activity`."""
+        await asyncio.to_thread(self.sync.heartbeat_activity, token, details)
+
     async def update(self, instance_id: str, name: str, arg: Any = None, **options: Any) -> Any:
         """As :meth:`Client.update`."""
         return await asyncio.to_thread(self.sync.update, instance_id, name, arg, **options)

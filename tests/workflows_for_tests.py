@@ -11,6 +11,7 @@ attempt read the attempt number from ``current_activity()``, never from process 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from engine import ApplicationError, RetryPolicy, WorkflowContext, activity, workflow
@@ -266,6 +267,35 @@ async def rolling_ledger(ctx: WorkflowContext, start: int) -> int:
     if command == "close":
         return balance["value"]
     ctx.continue_as_new(balance["value"])
+
+
+@activity(name="t.pause")
+def pause(seconds: float) -> float:
+    """Takes ``seconds`` on the worker."""
+    time.sleep(seconds)
+    return seconds
+
+
+@workflow(name="t.slow_ledger")
+async def slow_ledger(ctx: WorkflowContext, start: int) -> int:
+    """Takes ``deposit`` updates ``{"amount": n, "after": seconds, "via": "timer"}`` whose
+    handler waits before it adds, on a durable timer or (``"via": "activity"``) for the
+    ``t.pause`` activity, so an update is accepted in one turn and completed in a later
+    one; returns the balance after a ``close`` event."""
+    balance = {"value": start}
+
+    async def deposit(arg: dict[str, Any]) -> int:
+        if arg.get("via") == "activity":
+            await ctx.call_activity(pause, arg["after"])
+        else:
+            await ctx.sleep(arg["after"])
+        balance["value"] += arg["amount"]
+        return balance["value"]
+
+    ctx.set_update_handler("deposit", deposit)
+    await ctx.wait_for_event("close")
+    await ctx.wait_condition(ctx.all_updates_finished)
+    return balance["value"]
 
 
 @workflow(name="t.tally")

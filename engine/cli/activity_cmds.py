@@ -1,8 +1,11 @@
-"""``turnstile activity complete|fail TOKEN``: finish an activity attempt that completes
-later (``activity.info().complete_later()``) from a shell, by its task token.
+"""``turnstile activity complete|fail|heartbeat TOKEN``: finish or heartbeat an activity
+attempt that completes later (``activity.info().complete_later()``) from a shell, by its
+task token.
 
 The client reads the status topic first, so a token of an unknown or ended instance is
 refused (exit 1) before anything is written; see ``engine.services.client.completions``.
+A heartbeat is also answered by the processor, which refuses one for an attempt it no
+longer waits for (exit 4).
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ __all__ = ["register"]
 
 
 def register(subparsers: SubParsers) -> None:
-    """Add ``activity`` with its ``complete`` and ``fail`` sub-commands."""
+    """Add ``activity`` with its ``complete``, ``fail`` and ``heartbeat`` sub-commands."""
     activity = subparsers.add_parser(
         "activity",
-        help="finish an activity attempt that completes later, by its task token",
+        help="finish or heartbeat an activity attempt that completes later, by its task token",
         description="Finish an activity attempt whose body called complete_later(), as "
-        "its worker would have: with a result, or failed (its retry policy decides).",
+        "its worker would have: with a result, or failed (its retry policy decides); or "
+        "heartbeat it, which keeps its heartbeat timeout from firing.",
     )
     activity.set_defaults(help_parser=activity)
     commands = activity.add_subparsers(title="activity commands", metavar="COMMAND")
@@ -38,6 +42,14 @@ def register(subparsers: SubParsers) -> None:
         "--non-retryable", action="store_true", help="fail the call without retrying it"
     )
     fail.set_defaults(handler=_fail)
+    beat = _token_command(commands, "heartbeat", "heartbeat the attempt (and keep details)")
+    beat.add_argument(
+        "--details",
+        type=json_value,
+        default=None,
+        help="progress details as JSON, given to the next attempt if this one fails",
+    )
+    beat.set_defaults(handler=_heartbeat)
 
 
 def _token_command(commands: SubParsers, name: str, help: str) -> argparse.ArgumentParser:
@@ -78,4 +90,11 @@ def _fail(args: argparse.Namespace) -> int:
     with _client(args) as client:
         client.fail_activity(args.token, _Failed(args.error, args.non_retryable))
     print("failed")
+    return 0
+
+
+def _heartbeat(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        client.heartbeat_activity(args.token, args.details)
+    print("heartbeat accepted")
     return 0

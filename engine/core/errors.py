@@ -37,7 +37,6 @@ works where Python code expects it)::
     |   +-- UnknownSchemaError
     |   +-- MalformedRecordError
     +-- InstanceError
-    |   +-- StaleTaskTokenError
     |   +-- CommandRefusedError
     |       +-- InstanceNotFoundError
     |       +-- InstanceAlreadyExistsError
@@ -61,6 +60,7 @@ works where Python code expects it)::
     |       +-- UnknownUpdateError
     |       +-- UpdateRejectedError
     |       +-- UpdateFailedError
+    |       +-- StaleTaskTokenError
     +-- ScheduleSpecError (also ValueError)
     +-- WaitTimeoutError
     |   +-- CommandTimeoutError
@@ -279,13 +279,6 @@ class InstanceError(TurnstileError):
     """An operation on a workflow instance was refused."""
 
 
-class StaleTaskTokenError(InstanceError):
-    """A task token whose attempt can no longer be finished by it: its instance is unknown
-    or ended, or a later run of the id is current. Refused by the client before anything
-    is sent; a token of an earlier attempt of a running call is dropped by the processor
-    instead (see the how-to on completing activities from outside)."""
-
-
 class CommandRefusedError(InstanceError):
     """The processor refused a command (its answer on the command-outcomes topic).
 
@@ -302,6 +295,16 @@ class CommandRefusedError(InstanceError):
     def __init__(self, message: str, outcome: Any = None) -> None:
         super().__init__(message)
         self.outcome = outcome
+
+
+class StaleTaskTokenError(CommandRefusedError):
+    """A task token whose attempt can no longer be finished or heartbeated by it: its
+    instance is unknown or ended, or a later run, generation or attempt is current. The
+    client refuses what its status view shows before anything is sent; the processor
+    refuses a heartbeat for an attempt it does not wait for (a completion of one is dropped
+    instead: see the how-to on completing activities from outside)."""
+
+    code: ClassVar[str] = "stale_task_token"
 
 
 class InstanceNotFoundError(CommandRefusedError):

@@ -408,6 +408,16 @@ class ActivityResult(Message):
     requeues: int = 0
     #: The task queue of that copy (where its cancellation goes).
     task_queue: str = ""
+    #: Set instead of an outcome by the holder of the task token of an attempt that
+    #: completes later: a heartbeat (``details``: its details, kept for the next attempt),
+    #: answered on command-outcomes under ``request_id``.
+    heartbeat: bool = False
+    #: Set instead of an outcome by a worker whose attempt's body called ``complete_later()``
+    #: on a call with a heartbeat timeout (``details``: its last heartbeat's): from now on
+    #: the processor times the attempt's heartbeats, at most this long between two.
+    heartbeat_timeout_ms: int = 0
+    #: The request id of a heartbeat (its answer's key).
+    request_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,16 @@ async def chain3_activities(ctx: WorkflowContext, x: int) -> int:
 
 @workflow(name="chain3.queried")
 async def chain3_queried(ctx: WorkflowContext, x: int) -> int:
-    """The query benchmark's instance: answers query ``x`` until event ``done`` arrives."""
+    """The query and update benchmarks' instance: answers query ``x`` and update ``add``
+    (adds its argument to a running total and returns the total, in the turn that accepts
+    it) until event ``done`` arrives."""
+    total = {"value": x}
+
+    def add(n: int) -> int:
+        total["value"] += n
+        return total["value"]
+
     ctx.set_query_handler("x", lambda: x)
+    ctx.set_update_handler("add", add)
     await ctx.wait_for_event("done")
     return x

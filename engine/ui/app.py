@@ -102,16 +102,23 @@ class _Api:
             return _error(400, "the request body must be a JSON object")
         return await self._call(self.source.query, request.path_params["instance_id"], body)
 
+    async def update(self, request: Request) -> Response:
+        """An update changes the instance: an action (allowed actions, and the token)."""
+        refused = self._refusal(request)
+        if refused is not None:
+            return refused
+        body = await _object_body(request)
+        if isinstance(body, Response):
+            return body
+        return await self._call(self.source.update, request.path_params["instance_id"], body)
+
     async def act(self, request: Request) -> Response:
         refused = self._refusal(request)
         if refused is not None:
             return refused
-        try:
-            body = await request.json() if await request.body() else {}
-        except json.JSONDecodeError:
-            return _error(400, "the request body is not JSON; send a JSON object")
-        if not isinstance(body, dict):
-            return _error(400, "the request body must be a JSON object")
+        body = await _object_body(request)
+        if isinstance(body, Response):
+            return body
         action, instance_id = request.path_params["action"], request.path_params["instance_id"]
         try:
             outcome = await run_in_threadpool(self.source.act, action, instance_id, body)
@@ -124,13 +131,24 @@ class _Api:
             return _error(
                 403,
                 "actions are off: start the dashboard with --allow-actions (and --token) to "
-                "raise events, terminate, cancel, suspend, resume or purge from it",
+                "raise events, update, terminate, cancel, suspend, resume or purge from it",
             )
         if self.token is not None:
             given = request.headers.get(TOKEN_HEADER, "")
             if not hmac.compare_digest(given.encode(), self.token.encode()):
                 return _error(401, f"wrong or missing {TOKEN_HEADER}: enter the token first")
         return None
+
+
+async def _object_body(request: Request) -> dict[str, Any] | Response:
+    """The request's JSON object, or the 400 that says what to send instead."""
+    try:
+        body = await request.json() if await request.body() else {}
+    except json.JSONDecodeError:
+        return _error(400, "the request body is not JSON; send a JSON object")
+    if not isinstance(body, dict):
+        return _error(400, "the request body must be a JSON object")
+    return body
 
 
 async def _index(request: Request) -> Response:
@@ -148,6 +166,7 @@ def create_app(
         Route("/api/instances", api.instances),
         Route("/api/instances/{instance_id:path}/actions/{action}", api.act, methods=["POST"]),
         Route("/api/instances/{instance_id:path}/query", api.query, methods=["POST"]),
+        Route("/api/instances/{instance_id:path}/update", api.update, methods=["POST"]),
         Route("/api/instances/{instance_id:path}", api.instance),
         Route("/api/replicas", api.replicas),
         Route("/api/dead-letters", api.dead_letters),

@@ -177,6 +177,17 @@ class DashboardSource:
 
     # --- actions ----------------------------------------------------------------------------
 
+    def update(self, instance_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Send update ``body['name']`` with ``body['arg']`` (JSON text, empty for none) and
+        wait for the handler's result; a rejection or a refusal raises its
+        ``CommandRefusedError`` (the validator's reason, the names the workflow knows, why
+        the instance takes none now). An update changes the instance: an action."""
+        name = str(body.get("name", "")).strip()
+        if not name:
+            raise ConfigurationError("an update needs the update's name")
+        arg = _event_data(body.get("arg", ""))
+        return {"name": name, "result": self.client.update(instance_id, name, arg)}
+
     def act(self, action: str, instance_id: str, body: dict[str, Any]) -> ActionOutcome:
         """Send the command through the client and wait for the processor's answer (a
         refusal raises its ``CommandRefusedError``), then wait (bounded) to see its effect.
@@ -233,7 +244,8 @@ class DashboardSource:
 
 
 def _event_data(text: Any) -> Any:
-    """An event's data or a query's arguments: the form sends JSON text (empty: none)."""
+    """An event's data, a query's arguments or an update's argument: the form sends JSON
+    text (empty: none)."""
     if not isinstance(text, str):
         return text
     if not text.strip():

@@ -295,3 +295,51 @@ def test_the_instance_page_asks_queries_even_without_actions(
     finally:
         page.close()
         server.stop()
+
+
+def test_the_instance_page_sends_updates_as_an_action(
+    engine: RunningEngine, dashboard: DashboardServer, browser: BrowserContext, tmp_path: Path
+) -> None:
+    """An update changes the instance, so it is an action: refused by a dashboard without
+    --allow-actions; with them, the page shows the handler's result, or the validator's
+    rejection and the names the workflow knows."""
+    ledger = engine.client.start("t.ledger", 10, instance_id=f"ui-u-{uuid.uuid4().hex}")
+    engine.client.wait_for_start(ledger, timeout=60)
+    closed = DashboardServer(DashboardSource(engine.settings), port=0).start()
+    page = browser.new_page()
+    page.set_default_timeout(WAIT_MS)
+    page.on("dialog", lambda dialog: dialog.accept())
+    try:
+        import httpx
+
+        url = f"/api/instances/{ledger}/update"
+        with httpx.Client(base_url=closed.url, timeout=60) as http:
+            off = http.post(url, json={"name": "deposit", "arg": "1"})
+            assert off.status_code == 403 and "--allow-actions" in off.json()["error"]
+        with httpx.Client(base_url=dashboard.url, timeout=60) as http:
+            done = http.post(url, json={"name": "deposit", "arg": "5"})
+            assert done.json() == {"name": "deposit", "result": 15}
+            assert http.post(url, json={"name": "", "arg": "5"}).status_code == 400
+        page.goto(f"{dashboard.url}/#/instance/{ledger}")
+        expect(page.locator("h1")).to_have_text(ledger)
+        page.fill("#update input[name=name]", "deposit")
+        page.fill("#update input[name=arg]", "4")
+        page.click("#update button[type=submit]")
+        expect(page.locator('#update-answer [data-update="answered"]')).to_have_text("19")
+        page.fill("#update input[name=arg]", "-3")
+        page.click("#update button[type=submit]")
+        refused = page.locator('#update-answer [data-update="refused"]')
+        expect(refused).to_contain_text("a deposit is positive, not -3")
+        page.fill("#update input[name=name]", "withdraw")
+        page.click("#update button[type=submit]")
+        expect(refused).to_contain_text("its updates: 'deposit'")
+    except BaseException:
+        shot = tmp_path / "dashboard-update-failure.png"
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"dashboard screenshot: {shot}")
+        raise
+    finally:
+        page.close()
+        closed.stop()
+    accepted = [e.body for e in engine.history(ledger) if e.body.KIND == "UpdateAccepted"]
+    assert len(accepted) == 2  # the rejected and unknown updates wrote nothing

@@ -42,7 +42,7 @@ from engine.core.tags import checked_tags
 from engine.core.task_tokens import TaskToken
 from engine.core.typed import convert, return_type
 from engine.runtime.registry import Registry
-from engine.services.client.completions import completion, failure_of
+from engine.services.client.completions import completion, failure_of, heartbeat
 from engine.services.client.outcomes import raise_for_refusal
 from engine.services.client.workflow_client import InstanceState, WorkflowClient
 
@@ -617,6 +617,7 @@ class CommandMethods:
         wait_s = client.outcome_timeout_s if timeout is None else timeout
         outcome = raise_for_refusal(client.answer(command.request_id, future, wait_s))
         return convert(from_payload(outcome.output), result_type)
+
     # --- activities that complete later (engine.services.client.completions) ---------------
 
     def complete_activity(self, token: str, result: Any = None) -> None:
@@ -638,6 +639,21 @@ class CommandMethods:
         failure = failure_of(error)
         token_id = _token_instance(token)
         self._command_client().send(completion(token, self.get(token_id), failure=failure))
+
+    def heartbeat_activity(self, token: str, details: Any = None) -> None:
+        """Heartbeat the attempt ``token`` names from outside, as the activity body would
+        with ``heartbeat(details)``: it keeps the call's heartbeat timeout from firing (the
+        processor times an attempt that completes later) and keeps ``details`` (a JSON
+        value), which the next attempt gets as ``heartbeat_details`` if this one fails or
+        times out. Waits for the processor's answer.
+
+        Raises ``InvalidTaskTokenError`` for a string that is no task token and
+        ``StaleTaskTokenError`` (code ``stale_task_token``) when the instance no longer
+        waits for the attempt: unknown, ended, another run or generation, or the call
+        finished or moved on to another attempt - stop working on it then."""
+        token_id = _token_instance(token)
+        beat = heartbeat(token, self.get(token_id), details, request_id_or_new(None))
+        self._command_client().send(beat, wait=True)
 
 
 def _token_instance(token: str) -> str:

@@ -28,7 +28,7 @@ from engine.core.payloads import to_payload
 from engine.core.task_tokens import TaskToken
 from engine.services.client.workflow_client import InstanceState
 
-__all__ = ["completion", "failure_of"]
+__all__ = ["completion", "failure_of", "heartbeat"]
 
 #: The states in which an instance still waits for its activities.
 _WAITING = (RuntimeStatus.RUNNING, RuntimeStatus.SUSPENDED)
@@ -47,6 +47,26 @@ def completion(
     payload = None if failure is not None else to_payload(output)
     return ActivityResult(
         t.instance_id, t.generation, t.task_id, t.attempt, payload, failure, run_id=t.run_id
+    )
+
+
+def heartbeat(
+    token: str, state: InstanceState | None, details: Any, request_id: str
+) -> ActivityResult:
+    """The heartbeat record of ``token``'s attempt (answered under ``request_id``); raises
+    as :func:`completion`."""
+    t = TaskToken.decode(token)
+    _check_current(t, state)
+    payload = None if details is None else to_payload(details)
+    return ActivityResult(
+        t.instance_id,
+        t.generation,
+        t.task_id,
+        t.attempt,
+        details=payload,
+        run_id=t.run_id,
+        heartbeat=True,
+        request_id=request_id,
     )
 
 

@@ -51,6 +51,7 @@ REFUSALS: dict[str, type[CommandRefusedError]] = {
         errors.UnknownUpdateError,
         errors.UpdateRejectedError,
         errors.UpdateFailedError,
+        errors.StaleTaskTokenError,
     )
 }
 
@@ -90,6 +91,8 @@ _HINTS: dict[type[CommandRefusedError], str] = {
     errors.QueryFailedError: "fix the query handler (it must only read the workflow's "
     "state and return JSON)",
     errors.UnknownUpdateError: "use one of the names the workflow sets with ctx.set_update_handler",
+    errors.StaleTaskTokenError: "stop working on this attempt: the workflow no longer waits "
+    "for it (a retry has its own token)",
 }
 
 

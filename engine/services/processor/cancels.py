@@ -41,7 +41,7 @@ from engine.runtime import actions as act
 from engine.runtime.actions import TurnResult
 from engine.runtime.durable import RUNNING, ActivityCall
 from engine.runtime.executor import WorkflowExecution
-from engine.services.processor import requeued, runs
+from engine.services.processor import heartbeat_rows, requeued, runs
 from engine.services.processor.batch import Batch
 from engine.services.processor.state import Loaded, OpenAttempt
 
@@ -73,6 +73,7 @@ def send_activity_cancel(
     was last seen on."""
     call = (generation, task_id, attempt)
     partition = requeued.take(b.tables, instance_id, call)
+    heartbeat_rows.settled(b.tables, instance_id, call)
     _send(b, instance_id, call, task_queue, reason, partition, run_id)
 
 
@@ -138,6 +139,7 @@ def after_turn(b: Batch, item: Loaded, inbox: list[Inbound], result: TurnResult)
     for result_of in reported:  # the result was taken: settled
         _forget(open_, *result_of)
         requeued.settled(b.tables, instance_id, result_of)
+        heartbeat_rows.settled(b.tables, instance_id, result_of)
     item.open_attempts = open_
 
 

@@ -64,6 +64,8 @@ from engine.services.processor import (
     backlog,
     cancels,
     children,
+    heartbeat_rows,
+    heartbeats,
     keys,
     parking,
     pending,
@@ -343,6 +345,12 @@ def _deliver(b: Batch, msg: Message, inbound: Inbound) -> None:
 
 
 def on_activity_result(b: Batch, msg: ActivityResult, now_ms: int) -> None:
+    if msg.heartbeat:  # a heartbeat by task token (an attempt that completes later)
+        heartbeats.on_heartbeat(b, msg, now_ms)
+        return
+    if msg.heartbeat_timeout_ms > 0 and msg.output is None and msg.failure is None:
+        heartbeats.on_handed_over(b, msg, now_ms)  # its worker let go: timed here now
+        return
     if msg.unserved or msg.requeued_to >= 0:  # a note, not an outcome
         if msg.unserved:
             _note_unserved(b, msg)
@@ -359,7 +367,8 @@ def on_activity_result(b: Batch, msg: ActivityResult, now_ms: int) -> None:
         b.save(item.meta)
     failure = msg.failure or oversized_result(b, msg)
     if failure is not None:
-        body = TaskFailed(msg.task_id, failure, msg.attempt, msg.details)
+        details = msg.details if msg.details is not None else heartbeats.last_details(b, msg)
+        body = TaskFailed(msg.task_id, failure, msg.attempt, details)
     else:
         body = TaskCompleted(msg.task_id, msg.output, msg.attempt)
     _deliver(b, msg, Inbound(body, msg.generation))
@@ -544,6 +553,7 @@ def purge_row(b: Batch, item: Loaded) -> None:
         b.tables.delete_timer(timer)
     children.forget_all(b.tables, meta)
     requeued.forget_all(b.tables, meta.instance_id)
+    heartbeat_rows.forget_all(b.tables, meta.instance_id)
     b.remove(meta)
     item.meta = InstanceRow(meta.instance_id)
     item.execution = None
@@ -667,6 +677,9 @@ def fire_timer(b: Batch, timer: keys.TimerKey, now_ms: int) -> None:
         return
     if timer.task_id == backlog.WAKE_TIMER:
         backlog.woken(b, item, timer)  # one of an older generation is simply done
+        return
+    if timer.task_id == heartbeats.HEARTBEAT_TIMER:
+        heartbeats.fire(b, item, now_ms)  # its rows say which attempt (and generation)
         return
     if timer.task_id in timeouts.TIMERS:
         timeouts.fire(b, item, timer)  # an execution timeout outlives its generation

@@ -16,6 +16,9 @@ that one WriteBatch can change all of them atomically:
   of a parent with 100,000 children rewrites none of them;
 - ``r``: requeued activity tasks, ``r | instance | 0x00 | task_id (4 BE)``: where the copy
   of an attempt that went back to its queue is now (``processor.requeued``);
+- ``b``: attempts that complete later and are heartbeated from outside, ``b | instance |
+  0x00 | task_id (4 BE)``: the heartbeat deadline and last details the processor keeps for
+  them once the worker let go (``processor.heartbeats``);
 - ``o``: bookkeeping (changelog offsets), never written to a changelog.
 
 Instance ids may not contain NUL (checked where they enter the engine), which keeps the
@@ -34,6 +37,7 @@ HISTORY = b"h"
 TIMER = b"t"
 CHILD = b"c"
 REQUEUED = b"r"
+HEARTBEATS = b"b"
 BOOKKEEPING = b"o"
 SEP = b"\x00"
 
@@ -106,6 +110,18 @@ def requeued_prefix(instance_id: str) -> bytes:
 
 def requeued_key(instance_id: str, task_id: int) -> bytes:
     return requeued_prefix(instance_id) + struct.pack(">I", task_id)
+
+
+def heartbeat_prefix(instance_id: str) -> bytes:
+    return HEARTBEATS + instance_id.encode() + SEP
+
+
+def heartbeat_key(instance_id: str, task_id: int) -> bytes:
+    return heartbeat_prefix(instance_id) + struct.pack(">I", task_id)
+
+
+def task_of_heartbeat_key(key: bytes) -> int:
+    return int(struct.unpack_from(">I", key, len(key) - 4)[0])
 
 
 def offset_key(name: str) -> bytes:

@@ -132,7 +132,7 @@ def instance_of_key(key: bytes) -> str:
     kind = key[:1]
     if kind == keys.META:
         body = key[1:]
-    elif kind in (keys.HISTORY, keys.CHILD, keys.REQUEUED):
+    elif kind in (keys.HISTORY, keys.CHILD, keys.REQUEUED, keys.HEARTBEATS):
         body = key[1:].split(keys.SEP, 1)[0]
     elif kind == keys.TIMER:
         body = key[9:].split(keys.SEP, 1)[0]

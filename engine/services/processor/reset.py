@@ -58,6 +58,7 @@ from engine.runtime.reset import ResetPlan, marked, plan_reset, resolve_point
 from engine.services.processor import (
     cancels,
     children,
+    heartbeat_rows,
     keys,
     parking,
     pending,
@@ -447,6 +448,7 @@ def _end_old_run(b: Batch, item: Loaded, now_ms: int) -> None:
         )
     item.open_attempts = None
     requeued.forget_all(b.tables, meta.instance_id)
+    heartbeat_rows.forget_all(b.tables, meta.instance_id)
     item.requeue_checks = set()
     kids = [(c.instance_id, c.parent_close_policy) for c in children.running(b.tables, meta)]
     for action in act.close_children(kids, f"parent {meta.instance_id} was reset", meta.generation):

@@ -54,7 +54,12 @@ def run_id_at_begin(b: Batch, meta: InstanceRow) -> str:
 def is_other_run(meta: InstanceRow, run_id: str) -> bool:
     """Whether a reply naming ``run_id`` was meant for another run than the row's current
     one (False when either side predates run ids: the generation check decides)."""
-    return bool(run_id) and bool(meta.run_id) and run_id != meta.run_id
+    return is_other_run_id(meta.run_id, run_id)
+
+
+def is_other_run_id(current: str, run_id: str) -> bool:
+    """:func:`is_other_run` for a run id kept elsewhere than the row."""
+    return bool(run_id) and bool(current) and run_id != current
 
 
 def child_request_id(parent: str, run_id: str, generation: int, task_id: int) -> str:

@@ -27,7 +27,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Protocol
 
 from engine.codec import decode_message, encode_message
@@ -44,6 +43,7 @@ from engine.services.records import RawRecord as TaskRecord
 from engine.services.tracing import NoTracing, TraceHook
 from engine.services.worker.attempt_spans import attempt_parent, attempt_span
 from engine.services.worker.attempts import CANCELLED_TYPE, Attempt, cancelled_failure
+from engine.services.worker.flow import CommitPolicy, FlowAction, flow_action
 from engine.services.worker.offsets import OffsetTracker
 from engine.services.worker.queue_limits import QueueLimits
 from engine.services.worker.runner import ActivityRunner
@@ -60,6 +60,7 @@ __all__ = [
     "TaskRecord",
     "Worker",
     "dead_letter",
+    "flow_action",
 ]
 
 log = logging.getLogger(__name__)
@@ -193,51 +194,6 @@ class ActivityObserver(Protocol):
 
 
 # --- flow control and commit timing --------------------------------------------------------
-
-
-class FlowAction(StrEnum):
-    NONE = "none"
-    PAUSE = "pause"
-    RESUME = "resume"
-
-
-def flow_action(load: int, high: int, low: int, paused: bool) -> FlowAction:
-    """Pause the partitions once ``high`` tasks are taken; resume when at most ``low`` are.
-
-    Polling goes on while paused, so a long activity never exceeds max.poll.interval.ms and
-    never causes a rebalance. The gap between the two marks is a prefetch backlog: pausing
-    and resuming costs a fetch round trip each time, which short activities would otherwise
-    pay on nearly every task.
-    """
-    if not paused and load >= high:
-        return FlowAction.PAUSE
-    if paused and load <= low:
-        return FlowAction.RESUME
-    return FlowAction.NONE
-
-
-@dataclass
-class CommitPolicy:
-    """Batch offset commits: commit ``interval_s`` after something settled, or as soon as
-    idle. Results do not wait for the commit (they are visible once delivered), so the
-    interval only bounds how much a crash makes run again and how many commits are sent."""
-
-    interval_s: float = 0.1
-    clock: Callable[[], float] = time.monotonic
-    _changed: float | None = None
-
-    def changed(self) -> None:
-        """Something settled since the last commit."""
-        if self._changed is None:
-            self._changed = self.clock()
-
-    def committed(self) -> None:
-        self._changed = None
-
-    def due(self, *, idle: bool) -> bool:
-        if self._changed is None:
-            return False
-        return idle or self.clock() - self._changed >= self.interval_s
 
 
 # --- the worker ----------------------------------------------------------------------------
@@ -706,6 +662,8 @@ class Worker:
         if not self.offsets.is_current(c.partition, c.epoch):
             log.info("dropping the result of %s: its partition moved", c.task.attempt_label)
             return None
+        if c.outcome == "later" and c.task.heartbeat_timeout_ms > 0:
+            return self._handed_over(c)
         if c.outcome in ("cancelled", "later"):  # nothing to report (yet, for "later")
             self.offsets.done(c.partition, c.offset, c.epoch)
             self.stats[c.outcome] += 1
@@ -722,6 +680,26 @@ class Worker:
         value = encode_message(c.result())
         out = self._held(Outbound(key, value, c.partition, False, headers, None, c.offset, c.epoch))
         self.offsets.done(c.partition, c.offset, c.epoch)
+        return out
+
+    def _handed_over(self, c: Completion) -> Outbound:
+        """An attempt that completes later on a call with a heartbeat timeout: the note
+        that hands the timing of its heartbeats to the processor (with the details of the
+        last one the body sent), held on the task's offset like a result."""
+        t = c.task
+        note = ActivityResult(
+            t.instance_id,
+            t.generation,
+            t.task_id,
+            t.attempt,
+            details=c.details,
+            run_id=t.run_id,
+            heartbeat_timeout_ms=t.heartbeat_timeout_ms,
+        )
+        key, value = t.instance_id.encode("utf-8"), encode_message(note)
+        out = self._held(Outbound(key, value, c.partition, offset=c.offset, epoch=c.epoch))
+        self.offsets.done(c.partition, c.offset, c.epoch)
+        self.stats["later"] += 1
         return out
 
     def replace_rejected(self, record: Outbound, reason: str) -> Outbound:

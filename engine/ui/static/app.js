@@ -128,6 +128,34 @@ function queryForm(id) {
   return el("section", {}, el("h2", {}, "Query"), form, answer);
 }
 
+// An update changes the instance, so it is an action (allowed actions, and the token), shown
+// next to the query box: the handler's result, or why the update was refused or rejected.
+function updateForm(id) {
+  if (!config.actions) return el("section", {}, el("h2", {}, "Update"), el("p", { id: "update-off" }, "Updates are actions (start the dashboard with --allow-actions)."));
+  const answer = el("pre", { class: "outcome", id: "update-answer" });
+  const form = el("form", { class: "action", id: "update" },
+    el("label", {}, "update name", el("input", { name: "name", required: true })),
+    el("label", {}, "argument (JSON)", el("input", { name: "arg", placeholder: "5" })),
+    el("button", { type: "submit" }, "Update"));
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const name = form.elements.name.value;
+    if (!confirm(`update ${name} of ${id}?`)) return;
+    answer.replaceChildren("sent, waiting for the handler's result…");
+    const headers = { "Content-Type": "application/json" };
+    const token = document.getElementById("token").value;
+    if (token) headers["X-Turnstile-Token"] = token;
+    try {
+      const r = await api(`/api/instances/${encodeURIComponent(id)}/update`, { method: "POST",
+        headers, body: JSON.stringify({ name, arg: form.elements.arg.value }) });
+      answer.replaceChildren(el("span", { "data-update": "answered" }, json(r.result)));
+    } catch (error) {
+      answer.replaceChildren(el("span", { class: "error", "data-update": "refused" }, error.message));
+    }
+  });
+  return el("section", {}, el("h2", {}, "Update"), form, answer);
+}
+
 function failureView(f) {
   const parts = [];
   for (let cause = f, depth = 0; cause; cause = cause.cause, depth++) {
@@ -166,6 +194,7 @@ async function instancePage(id) {
     el("section", {}, el("h2", {}, "Children"),
       table("children", ["Task", "Workflow", "Instance", "State"], i.children.map((c) => [c.task_id, c.name, instanceLink(c.instance_id), c.state]))),
     queryForm(i.instance_id),
+    updateForm(i.instance_id),
     actionForms(i.instance_id, refresh),
     el("section", {}, el("h2", {}, "Timeline"),
       table("timeline", ["#", "Time", "Generation", "Event", "Details"], i.timeline.map((e) => [
