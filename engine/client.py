@@ -409,6 +409,7 @@ class AsyncClient:
     async def fail_activity(self, token: str, error: BaseException | str) -> None:
         """As :meth:`Client.fail_activity`."""
         await asyncio.to_thread(self.sync.fail_activity, token, error)
+
     async def update(self, instance_id: str, name: str, arg: Any = None, **options: Any) -> Any:
         """As :meth:`Client.update`."""
         return await asyncio.to_thread(self.sync.update, instance_id, name, arg, **options)

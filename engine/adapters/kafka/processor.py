@@ -46,11 +46,15 @@ from engine.adapters.kafka.admin import TaskQueueTopics
 from engine.adapters.kafka.config import (
     admin_config,
     consumer_config,
-    group_membership,
     transactional_producer_config,
 )
 from engine.adapters.kafka.deadline import ends_process_if_stuck
 from engine.adapters.kafka.fencing import Fencing, stamped
+from engine.adapters.kafka.group_protocol import (
+    announce,
+    processor_group_config,
+    uses_consumer_protocol,
+)
 from engine.adapters.kafka.io import (
     AbortedTransaction,
     Delivered,
@@ -93,17 +97,6 @@ log = logging.getLogger("engine.processor")
 
 #: How long closing may take (leaving the group, a last commit) before the process ends itself.
 CLOSE_S = 60.0
-
-#: A short session so a crashed replica's partitions move on quickly; heartbeats well
-#: inside it (the fetch wait is the default: the broker answers a fetch as records arrive).
-#: A member learns that a rebalance started from its next heartbeat's answer, so the
-#: interval bounds how long the others wait for it when partitions move (a failover's
-#: rebalance included): 300 ms, three or so small requests a second per replica.
-PROCESSOR_CONSUMER = {
-    "max.poll.interval.ms": 300_000,
-    "session.timeout.ms": 10_000,
-    "heartbeat.interval.ms": 300,
-}
 
 #: The processor producer's longest retry backoff (ms): see ``_new_producer``.
 PRODUCER_RETRY_BACKOFF_MAX_MS = 20
@@ -207,8 +200,7 @@ class ProcessorRunner:
         config = consumer_config(
             settings.bootstrap_servers, settings.processor_group, client_id=self._client_id
         )
-        config.update(PROCESSOR_CONSUMER)
-        config.update(group_membership(settings.replica_id, static=settings.static_membership))
+        config.update(processor_group_config(settings))
         config.update(settings.extra_kafka)
         #: The name the group knows this replica's consumer by (see kafka.fencing).
         self._member = str(config.get("client.id", self._client_id))
@@ -250,6 +242,8 @@ class ProcessorRunner:
         transaction timeout, a broker that went away) recreates the clients and rejoins,
         within the bounds of :class:`Recovery`; anything else stops the replica."""
         self._stop = stop
+        if uses_consumer_protocol(self.settings):
+            announce(self.settings)
         self._subscribe()
         watch = self._watch_peers()
         try:
@@ -272,7 +266,10 @@ class ProcessorRunner:
 
     def _watch_peers(self) -> LivenessWatch | None:
         """Write this replica's liveness records and evict a silent peer (kafka.liveness);
-        none when turned off or without static membership (nothing to evict by)."""
+        none when turned off or without static membership (nothing to evict by), and under
+        the consumer group protocol (kafka.group_protocol: no replacement under a static id)."""
+        if uses_consumer_protocol(self.settings):
+            return None
         if not (self.settings.liveness_interval_ms and self.settings.static_membership):
             return None
         watch = LivenessWatch(
@@ -613,6 +610,8 @@ class ProcessorRunner:
         elif pending:
             self._abandon()
         gone = {tp.partition for tp in revoked}
+        if gone & set(self.partitions):
+            log.info("partitions %s revoked", sorted(gone & set(self.partitions)))
         for p in sorted(gone):
             pp = self.partitions.pop(p, None)
             if pp is not None:

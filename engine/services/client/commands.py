@@ -605,6 +605,7 @@ class CommandMethods:
         wait_s = client.outcome_timeout_s if timeout is None else timeout
         outcome = raise_for_refusal(client.answer(command.request_id, future, wait_s))
         return convert(from_payload(outcome.output), result_type)
+
     # --- activities that complete later (engine.services.client.completions) ---------------
 
     def complete_activity(self, token: str, result: Any = None) -> None:
