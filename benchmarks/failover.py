@@ -12,7 +12,8 @@ partitions); ``others' longest gap`` is the longest silence between status recor
 other replica's partitions from the signal on (their load arrives every ``--every-ms``, so
 about that means they never paused). The cases: SIGKILL with liveness (the peer evicts the
 dead replica and fences it), SIGKILL without liveness (the group's 10 s session timeout),
-SIGTERM (the replica leaves the group itself).
+SIGTERM (the replica leaves the group itself), and SIGKILL and SIGTERM under the consumer
+group protocol (KIP-848: the broker moves only the partitions that change owner).
 
     .venv/bin/python benchmarks/failover.py [--instances 20000] [--bootstrap-servers HOST:PORT]
 """
@@ -44,13 +45,19 @@ from engine.config.topics import topic_names
 
 MODULE = "engine.examples.chain3"
 WORKFLOW = "chain3.inline"
-ASSIGNED = re.compile(r"partitions \[([\d, ]*)\] restored: ")
+MOVED = re.compile(r"partitions \[([\d, ]*)\] (restored|revoked)")
 
-#: (label, signal, liveness on)
+LIVENESS = {"TURNSTILE_LIVENESS_INTERVAL_MS": "500"}
+NO_LIVENESS = {"TURNSTILE_LIVENESS_INTERVAL_MS": "0"}
+CONSUMER_PROTOCOL = {"TURNSTILE_GROUP_PROTOCOL": "consumer"}
+
+#: (label, signal, the replicas' environment)
 CASES = (
-    ("SIGKILL, liveness", signal.SIGKILL, True),
-    ("SIGKILL, no liveness", signal.SIGKILL, False),
-    ("SIGTERM", signal.SIGTERM, True),
+    ("SIGKILL, liveness", signal.SIGKILL, LIVENESS),
+    ("SIGKILL, no liveness", signal.SIGKILL, NO_LIVENESS),
+    ("SIGTERM", signal.SIGTERM, LIVENESS),
+    ("SIGKILL, consumer protocol", signal.SIGKILL, CONSUMER_PROTOCOL),
+    ("SIGTERM, consumer protocol", signal.SIGTERM, CONSUMER_PROTOCOL),
 )
 
 
@@ -64,19 +71,22 @@ class Params:
 
 
 def _processor(
-    settings: Settings, work_dir: Path, replica_id: str, liveness: bool
+    settings: Settings, work_dir: Path, replica_id: str, env: dict[str, str]
 ) -> harness.EngineProcess:
-    env = {"TURNSTILE_LIVENESS_INTERVAL_MS": "500" if liveness else "0"}
     return harness.spawn("processor", settings, MODULE, work_dir, replica_id=replica_id, env=env)
 
 
 def _owned(proc: harness.EngineProcess, timeout: float = 120.0) -> set[int]:
-    """The partitions the replica's newest assignment gave it (eager: all it owns)."""
+    """The partitions the replica holds now, from the restores and revocations it logged
+    (an eager rebalance revokes all and restores its share; an incremental one moves some)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = ASSIGNED.findall(proc.log_path.read_text(errors="replace"))
-        if found:
-            return {int(p) for p in found[-1].split(",") if p.strip()}
+        held: set[int] = set()
+        for parts, kind in MOVED.findall(proc.log_path.read_text(errors="replace")):
+            moved = {int(p) for p in parts.split(",") if p.strip()}
+            held = held | moved if kind == "restored" else held - moved
+        if held:
+            return held
         proc.check_alive()
         time.sleep(0.1)
     raise RuntimeError(f"no assignment logged within {timeout:.0f}s\n{proc.describe()}")
@@ -156,12 +166,12 @@ def _gaps(times: dict[int, list[float]], partitions: set[int], t0: float, until:
 
 
 def run_case(
-    broker: harness.Broker, params: Params, label: str, sig: signal.Signals, liveness: bool
+    broker: harness.Broker, params: Params, label: str, sig: signal.Signals, env: dict[str, str]
 ) -> dict[str, Any]:
     namespace = harness.fresh_namespace("failover")
     settings = harness.create_topics(broker.bootstrap, namespace, params.partitions)
     work_dir = Path(tempfile.mkdtemp(prefix="turnstile-bench-failover-"))
-    procs = [_processor(settings, work_dir, f"processor-{r}", liveness) for r in (0, 1)]
+    procs = [_processor(settings, work_dir, f"processor-{r}", env) for r in (0, 1)]
     victim = procs[1]
     rounds = int((params.before_s + params.after_s) * 1000 / params.every_ms) + 1
     ids = _ids_per_partition(params.partitions, rounds)
@@ -216,13 +226,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instances", type=int, default=Params.instances)
     parser.add_argument("--partitions", type=int, default=Params.partitions)
     parser.add_argument("--no-results-md", action="store_true", help="do not touch RESULTS.md")
+    parser.add_argument(
+        "--case", action="append", help="run only the cases whose label contains this"
+    )
     args = parser.parse_args(argv)
     params = Params(instances=args.instances, partitions=args.partitions)
     import results_md
 
     with harness.kafka(args.bootstrap_servers) as broker:
-        for label, sig, liveness in CASES:
-            result = run_case(broker, params, label, sig, liveness)
+        for label, sig, env in CASES:
+            if args.case and not any(c.lower() in label.lower() for c in args.case):
+                continue
+            result = run_case(broker, params, label, sig, env)
             if not args.no_results_md:
                 results_md.add_failover(result)
     return 0

@@ -25,6 +25,11 @@ from engine.core.limits import HistoryLimits, Limits
 
 ENV_PREFIX = "TURNSTILE_"
 
+#: The values of the ``group_protocol`` setting (Kafka's ``group.protocol``).
+CLASSIC_GROUP_PROTOCOL = "classic"
+CONSUMER_GROUP_PROTOCOL = "consumer"
+GROUP_PROTOCOLS = (CLASSIC_GROUP_PROTOCOL, CONSUMER_GROUP_PROTOCOL)
+
 #: ``TURNSTILE_*`` variables that are not settings but are read elsewhere: the config file,
 #: the schema folder override, the local broker's folders, the dashboard's token, and
 #: development tools.
@@ -79,6 +84,13 @@ class Settings:
     #: replica may have: a false alarm costs a rebalance and a recovery.
     liveness_interval_ms: int = 500
     liveness_timeout_ms: int = 1500
+    #: How the processors' consumer group moves partitions: ``classic`` (eager range
+    #: rebalances: every replica gives back all its partitions and takes its share again)
+    #: or ``consumer`` (KIP-848, Kafka 4.0+: the broker's range assignor moves only the
+    #: partitions that change owner; a replica joining or leaving stops nothing else). Under
+    #: ``consumer`` replicas join as dynamic members without liveness eviction, so a crashed
+    #: replica's partitions move after the group's broker-side session timeout.
+    group_protocol: str = CLASSIC_GROUP_PROTOCOL
     modules: tuple[str, ...] = ()
     #: librdkafka settings added to every Kafka client (security, tuning): ``[kafka]`` in
     #: the TOML file, ``--kafka KEY=VALUE`` flags, or ``TURNSTILE_EXTRA_KAFKA``.
@@ -408,6 +420,11 @@ _CHECKS: dict[str, Callable[[str, Any], str | None]] = {
     "cache_instances": _positive,
     "liveness_interval_ms": _not_negative,
     "liveness_timeout_ms": _positive,
+    "group_protocol": lambda name, value: (
+        None
+        if value in GROUP_PROTOCOLS
+        else f"{name}={value!r} is not a group protocol; use one of {', '.join(GROUP_PROTOCOLS)}"
+    ),
     "worker_concurrency": _positive,
     "worker_id": _not_empty,
     "connect_timeout_ms": _positive,

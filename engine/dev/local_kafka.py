@@ -310,6 +310,10 @@ def _server_properties(
         "group.initial.rebalance.delay.ms": "0",
         # Let fault tests choose short session timeouts (the default floor is 6 s).
         "group.min.session.timeout.ms": "1000",
+        # The same for groups of the consumer protocol (KIP-848), whose session and
+        # heartbeat are the broker's: floors of 45 s and 5 s by default.
+        "group.consumer.min.session.timeout.ms": "1000",
+        "group.consumer.min.heartbeat.interval.ms": "100",
         # The group coordinator batches its log appends for this long (default 5-10 ms);
         # every transactional offset commit (send_offsets_to_transaction) pays it in full.
         "group.coordinator.append.linger.ms": "0",

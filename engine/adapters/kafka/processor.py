@@ -46,11 +46,15 @@ from engine.adapters.kafka.admin import TaskQueueTopics
 from engine.adapters.kafka.config import (
     admin_config,
     consumer_config,
-    group_membership,
     transactional_producer_config,
 )
 from engine.adapters.kafka.deadline import ends_process_if_stuck
 from engine.adapters.kafka.fencing import Fencing, stamped
+from engine.adapters.kafka.group_protocol import (
+    announce,
+    processor_group_config,
+    uses_consumer_protocol,
+)
 from engine.adapters.kafka.io import (
     AbortedTransaction,
     Delivered,
@@ -61,7 +65,8 @@ from engine.adapters.kafka.io import (
 from engine.adapters.kafka.isolation import Produced, produce_batch, refused_in_delivery
 from engine.adapters.kafka.liveness import LivenessWatch
 from engine.adapters.kafka.recovery import Recovery
-from engine.adapters.kafka.restore import RestoreInterrupted, RestoreReport, restore_tables
+from engine.adapters.kafka.restore import RestoreReport, restore_tables
+from engine.adapters.kafka.takeover import Takeover
 from engine.adapters.rocks_store import RocksPartitionStore
 from engine.adapters.schema_registry import connect_schema_registry
 from engine.config.settings import Settings
@@ -94,23 +99,16 @@ log = logging.getLogger("engine.processor")
 #: How long closing may take (leaving the group, a last commit) before the process ends itself.
 CLOSE_S = 60.0
 
-#: A short session so a crashed replica's partitions move on quickly; heartbeats well
-#: inside it (the fetch wait is the default: the broker answers a fetch as records arrive).
-#: A member learns that a rebalance started from its next heartbeat's answer, so the
-#: interval bounds how long the others wait for it when partitions move (a failover's
-#: rebalance included): 300 ms, three or so small requests a second per replica.
-PROCESSOR_CONSUMER = {
-    "max.poll.interval.ms": 300_000,
-    "session.timeout.ms": 10_000,
-    "heartbeat.interval.ms": 300,
-}
-
 #: The processor producer's longest retry backoff (ms): see ``_new_producer``.
 PRODUCER_RETRY_BACKOFF_MAX_MS = 20
 
 #: The longest one poll blocks when no timer is due sooner: the loop looks at its stop
 #: flag between polls, so this bounds how long a stop request waits.
 MAX_POLL_WAIT_S = 0.5
+
+#: The longest one poll blocks while partitions are being taken over: a restored
+#: partition waits at most this long to be opened for work.
+TAKEOVER_POLL_WAIT_S = 0.02
 
 
 #: Which steps' durations the progress totals keep, and under which field.
@@ -188,6 +186,8 @@ class ProcessorRunner:
         self._batch_next: dict[tuple[str, int], int] = {}
         #: Set once a batch failed beyond repair: nothing may be committed after it.
         self._failed = False
+        #: New partitions being fenced and restored beside the work (kafka.takeover).
+        self._takeovers: list[Takeover[PartitionProcessor]] = []
         self._stop: threading.Event | None = None
         self._client_id = f"{settings.namespace}.processor.{settings.replica_id}"
         self._recovery = Recovery(f"processor {settings.replica_id}")
@@ -207,8 +207,7 @@ class ProcessorRunner:
         config = consumer_config(
             settings.bootstrap_servers, settings.processor_group, client_id=self._client_id
         )
-        config.update(PROCESSOR_CONSUMER)
-        config.update(group_membership(settings.replica_id, static=settings.static_membership))
+        config.update(processor_group_config(settings))
         config.update(settings.extra_kafka)
         #: The name the group knows this replica's consumer by (see kafka.fencing).
         self._member = str(config.get("client.id", self._client_id))
@@ -250,15 +249,14 @@ class ProcessorRunner:
         transaction timeout, a broker that went away) recreates the clients and rejoins,
         within the bounds of :class:`Recovery`; anything else stops the replica."""
         self._stop = stop
+        if uses_consumer_protocol(self.settings):
+            announce(self.settings)
         self._subscribe()
         watch = self._watch_peers()
         try:
             while not stop.is_set():
                 try:
                     self.run_batch()
-                except RestoreInterrupted as exc:  # the stop asked for came while restoring
-                    log.info("processor %s %s", self.settings.replica_id, exc)
-                    return  # a clean stop (close() below): the partitions were never processed
                 except BrokerRefusalError:
                     raise
                 except (BrokerError, KafkaException) as exc:
@@ -272,7 +270,10 @@ class ProcessorRunner:
 
     def _watch_peers(self) -> LivenessWatch | None:
         """Write this replica's liveness records and evict a silent peer (kafka.liveness);
-        none when turned off or without static membership (nothing to evict by)."""
+        none when turned off or without static membership (nothing to evict by), and under
+        the consumer group protocol (kafka.group_protocol: no replacement under a static id)."""
+        if uses_consumer_protocol(self.settings):
+            return None
         if not (self.settings.liveness_interval_ms and self.settings.static_membership):
             return None
         watch = LivenessWatch(
@@ -301,6 +302,7 @@ class ProcessorRunner:
                 self._consumer.close()  # the revocation abandons: nothing is committed
             except (KafkaException, RuntimeError) as exc:
                 log.warning("closing the consumer to rejoin: %s", exc)
+            self._cancel_takeovers()
             for pp in self.partitions.values():
                 pp.close()
             self.partitions.clear()
@@ -319,6 +321,13 @@ class ProcessorRunner:
 
     def close(self) -> None:
         log.info("processor %s stopping: %s", self.settings.replica_id, self.progress)
+        restoring = sorted(p for t in self._takeovers for p in t.partitions)
+        if restoring:  # never processed: their next owner restores them again
+            log.info(
+                "processor %s stopped while restoring partitions %s",
+                self.settings.replica_id,
+                restoring,
+            )
         with ends_process_if_stuck(f"stopping processor {self.settings.replica_id}", CLOSE_S):
             try:
                 leave_group(self._consumer)  # hand the partitions over now (static member)
@@ -328,6 +337,7 @@ class ProcessorRunner:
                 self._consumer.close()
             except (KafkaException, RuntimeError) as exc:  # pragma: no cover - best effort
                 log.warning("closing consumer: %s", exc)
+            self._cancel_takeovers()
             for pp in self.partitions.values():
                 pp.close()
             self.partitions.clear()
@@ -355,6 +365,7 @@ class ProcessorRunner:
 
     def _run_steps(self) -> int:
         """Steps 1-8 (or the abort path)."""
+        self._adopt_takeovers()  # partitions restored meanwhile join this batch
         # 1-2. poll (until the next timer is due) and accept, until full, old or idle
         count = self._poll_and_accept()
         # 3. fire due timers
@@ -389,7 +400,8 @@ class ProcessorRunner:
         """Seconds to block for input: until the earliest timer of an owned partition is due
         (new input ends the wait sooner), and at most ``MAX_POLL_WAIT_S``."""
         due = [t for pp in self.partitions.values() if (t := pp.next_timer_ms()) is not None]
-        return poll_wait_s(min(due, default=None), self._clock.now_ms(), MAX_POLL_WAIT_S)
+        longest = TAKEOVER_POLL_WAIT_S if self._takeovers else MAX_POLL_WAIT_S
+        return poll_wait_s(min(due, default=None), self._clock.now_ms(), longest)
 
     def _accept(self, message: Message, now_ms: int) -> None:
         error = message.error()
@@ -580,27 +592,83 @@ class ProcessorRunner:
     # --- rebalancing -----------------------------------------------------------------------
 
     def _assigned(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
-        new = sorted({tp.partition for tp in assigned} - set(self.partitions))
-        if new:  # before the restore, which would wait for what a dead owner left open
-            self._fencing.fence_departed(
-                consumer, [TopicPartition(t, p) for t in self._inputs for p in new]
-            )
-        opened = {p: self._open_partition(p) for p in new}
-        try:
-            self._restore(opened)
-        except BaseException:
-            # Never process a partition whose tables are short of the committed end.
-            for pp in opened.values():
-                pp.close()
-            consumer.pause([tp for tp in assigned if tp.partition in opened])
-            raise
+        """Take the assignment and pause its new partitions; a thread of their own fences
+        their departed owners and restores them (kafka.takeover) while the partitions this
+        replica kept go on, and ``_adopt_takeovers`` opens them for work once restored."""
+        taking = {p for t in self._takeovers for p in t.partitions}
+        new = sorted({tp.partition for tp in assigned} - set(self.partitions) - taking)
+        if uses_consumer_protocol(self.settings):
+            consumer.incremental_assign(assigned)
+        else:
+            consumer.assign(assigned)
+        if not new:
+            self.ready = True
+            return
+        consumer.pause([tp for tp in assigned if tp.partition in new])
+        self._take_over(consumer, new)
+
+    def _take_over(self, consumer: Consumer, new: list[int]) -> None:
+        # the group is asked here, before the restore would wait for what they left open
+        departed = self._fencing.departed(
+            consumer, [TopicPartition(t, p) for t in self._inputs for p in new]
+        )
+        fencing = self._fencing
+        takeover = Takeover(
+            new,
+            fence=lambda: [fencing.fence(owner) for owner in sorted(departed)],
+            open_partition=self._open_partition,
+            restore=functools.partial(restore_partitions, self.settings, self.topics),
+        )
+        self._takeovers.append(takeover.start())
+
+    def _adopt_takeovers(self) -> None:
+        """Open the partitions whose takeover finished for work (between batches, on the
+        processor's thread); a takeover that failed raises its error here, as a restore in
+        the rebalance callback did."""
+        for takeover in list(self._takeovers):
+            done = takeover.finished()
+            if done is None:
+                continue
+            self._takeovers.remove(takeover)
+            if done.error is not None or done.report is None:
+                for pp in done.partitions.values():
+                    pp.close()
+                raise done.error or RuntimeError("a takeover ended without a report")
+            self._adopt(done.partitions, done.report)
+
+    def _adopt(self, opened: dict[int, PartitionProcessor], report: RestoreReport) -> None:
+        self.progress.restores += 1
+        self.progress.restored_records += report.records
+        self.progress.restore_s += report.seconds
+        self.progress.restore_waits += len(report.waits)
+        self.progress.restore_wait_s += report.waited_s
+        log.info(
+            "partitions %s restored: %d changelog records in %.2fs%s",
+            sorted(opened),
+            report.records,
+            report.seconds,
+            f" ({report.waited_s:.1f}s waiting for open transactions)" if report.waits else "",
+        )
         if self._count_statuses:
             for pp in opened.values():
                 pp.count_statuses()
         self.partitions.update(opened)
+        self._consumer.resume([TopicPartition(t, p) for t in self._inputs for p in opened])
         self.ready = True
         if self._on_assigned is not None:
             self._on_assigned(sorted(self.partitions))
+
+    def _cancel_takeovers(self, gone: set[int] | None = None) -> list[int]:
+        """Cancel the takeovers of partitions in ``gone`` (all when None); returns the
+        partitions they held that are still assigned, to be taken over again."""
+        kept: list[int] = []
+        for takeover in list(self._takeovers):
+            if gone is not None and not gone & set(takeover.partitions):
+                continue
+            self._takeovers.remove(takeover)
+            takeover.cancel(CLOSE_S)
+            kept += [p for p in takeover.partitions if gone is not None and p not in gone]
+        return kept
 
     def _revoked(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:
         pending = any(not pp.batch.empty for pp in self.partitions.values()) or self._batch_start
@@ -613,6 +681,11 @@ class ProcessorRunner:
         elif pending:
             self._abandon()
         gone = {tp.partition for tp in revoked}
+        kept = self._cancel_takeovers(gone)
+        if kept:
+            self._take_over(consumer, kept)
+        if gone & set(self.partitions):
+            log.info("partitions %s revoked", sorted(gone & set(self.partitions)))
         for p in sorted(gone):
             pp = self.partitions.pop(p, None)
             if pp is not None:
@@ -628,30 +701,11 @@ class ProcessorRunner:
         )
         return PartitionProcessor(partition, RocksPartitionStore(path), self.env)
 
-    def _restore(self, opened: dict[int, PartitionProcessor]) -> None:
-        """Read every changelog of the new partitions to its committed end (kafka_restore)."""
-        if not opened:
-            return
-        report = restore_partitions(self.settings, self.topics, opened, stop=self._stop)
-        self.progress.restores += 1
-        self.progress.restored_records += report.records
-        self.progress.restore_s += report.seconds
-        self.progress.restore_waits += len(report.waits)
-        self.progress.restore_wait_s += report.waited_s
-        log.info(
-            "partitions %s restored: %d changelog records in %.2fs%s",
-            sorted(opened),
-            report.records,
-            report.seconds,
-            f" ({report.waited_s:.1f}s waiting for open transactions)" if report.waits else "",
-        )
-
 
 def restore_partitions(
     settings: Settings,
     topics: TopicNames,
     partitions: Mapping[int, PartitionProcessor],
-    *,
     stop: threading.Event | None = None,
 ) -> RestoreReport:
     """Bring the partitions' tables up to the committed end of their two changelogs."""
