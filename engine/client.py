@@ -33,6 +33,7 @@ from typing import Any, Generic, TypeVar
 
 from engine.adapters.kafka.client import KafkaCommandSink, KafkaOutcomeReader, KafkaStatusReader
 from engine.adapters.kafka.history import ProgressCallback
+from engine.adapters.kafka.payloads import payload_store
 from engine.adapters.schema_registry import connect_schema_registry
 from engine.adapters.status_scan import list_page_from_topic
 from engine.adapters.tracing import traced_start
@@ -65,6 +66,7 @@ from engine.services.client.workflow_client import (
     WorkflowClient,
     list_filter,
 )
+from engine.services.large_payloads import PayloadOffloader
 
 __all__ = [
     "AsyncClient",
@@ -135,6 +137,7 @@ class Client(CommandMethods, ScheduleMethods):
             outcome_timeout_s=timeout,
             limits=settings.limits,
         )
+        self._service.offload = PayloadOffloader(settings.limits, payload_store(settings))
         if read_status:
             try:
                 self._start_reader()
@@ -409,6 +412,7 @@ class AsyncClient:
     async def fail_activity(self, token: str, error: BaseException | str) -> None:
         """As :meth:`Client.fail_activity`."""
         await asyncio.to_thread(self.sync.fail_activity, token, error)
+
     async def update(self, instance_id: str, name: str, arg: Any = None, **options: Any) -> Any:
         """As :meth:`Client.update`."""
         return await asyncio.to_thread(self.sync.update, instance_id, name, arg, **options)

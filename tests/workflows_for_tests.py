@@ -11,6 +11,7 @@ attempt read the attempt number from ``current_activity()``, never from process 
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from engine import ApplicationError, RetryPolicy, WorkflowContext, activity, workflow
@@ -263,3 +264,29 @@ async def tally(ctx: WorkflowContext, start: int) -> int:
         if step == "stop":
             return count
         count += step
+
+
+# --- large payloads (kept on the payloads topic) ----------------------------------------------
+
+
+def big_text(size: int, seed: str) -> str:
+    """``size`` characters that differ with ``seed`` (a value no codec shortcut can fake)."""
+    unit = hashlib.sha256(seed.encode()).hexdigest()
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def fingerprint(text: str) -> list[Any]:
+    return [len(text), hashlib.sha256(text.encode()).hexdigest()]
+
+
+@activity(name="t.big_result")
+def big_result(args: dict[str, Any]) -> str:
+    return big_text(args["size"], args["seed"])
+
+
+@workflow(name="t.big_round_trip")
+async def big_round_trip(ctx: WorkflowContext, args: dict[str, Any]) -> dict[str, Any]:
+    """A large input in, a large activity result back: the fingerprints of both (the
+    large-payload tests; the values themselves stay on the payloads topic)."""
+    result = await ctx.call_activity(big_result, {"size": args["result_size"], "seed": "r"})
+    return {"input": fingerprint(args["text"]), "result": fingerprint(result)}

@@ -60,6 +60,7 @@ from engine.adapters.kafka.io import (
 )
 from engine.adapters.kafka.isolation import Produced, produce_batch, refused_in_delivery
 from engine.adapters.kafka.liveness import LivenessWatch
+from engine.adapters.kafka.payloads import payload_store
 from engine.adapters.kafka.recovery import Recovery
 from engine.adapters.kafka.restore import RestoreInterrupted, RestoreReport, restore_tables
 from engine.adapters.rocks_store import RocksPartitionStore
@@ -170,6 +171,7 @@ class ProcessorRunner:
         self.settings = settings
         self.topics: TopicNames = topic_names(settings.namespace)
         self.env = _environment(settings, registry, self.topics, tracing or NoTracing())
+        payload_store(settings)  # replay reads large payloads from the payloads topic
         self.partitions: dict[int, PartitionProcessor] = {}
         self.progress = Progress()
         self._clock: Clock = clock or SystemClock()

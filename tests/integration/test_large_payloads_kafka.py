@@ -1,0 +1,67 @@
+"""Large payloads on the real broker: a start input and an activity result far above the
+record limit travel as chunks on the payloads topic, the history holds references, and a
+processor and a worker killed (SIGKILL) in the middle lose nothing."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from engine.core.history import ExecutionStarted, TaskCompleted
+from engine.core.payloads import from_payload, is_ref
+from engine.core.payload_refs import parse_ref
+from tests.engine_harness import EngineProcess, RunningEngine, running_engine
+from tests.workflows_for_tests import big_text, fingerprint
+
+pytestmark = pytest.mark.kafka
+
+MB = 1024 * 1024
+
+
+def test_a_large_input_and_result_travel_as_references(kafka_bootstrap: str) -> None:
+    with running_engine(kafka_bootstrap, in_process=False, partitions=2) as engine:
+        text = big_text(2 * MB, "in")
+        run = engine.client.start("t.big_round_trip", {"text": text, "result_size": 3 * MB})
+        done = engine.client.wait_for_completion(run, timeout=180)
+        events = engine.history(run)
+        started = next(e.body for e in events if isinstance(e.body, ExecutionStarted))
+        result = next(e.body for e in events if isinstance(e.body, TaskCompleted))
+        assert done.output == {
+            "input": fingerprint(text),
+            "result": fingerprint(big_text(3 * MB, "r")),
+        }
+        assert is_ref(started.input) and is_ref(result.output)
+        assert started.input is not None and len(started.input.data) < 1024
+        assert parse_ref(started.input.data).chunks > 1
+        assert from_payload(started.input) == {"text": text, "result_size": 3 * MB}
+        assert from_payload(result.output) == big_text(3 * MB, "r")
+
+
+def test_20_mb_in_50_mb_back_through_killed_processes(kafka_bootstrap: str) -> None:
+    """SIGKILL the processor and the worker while the 50 MB result is under way: the
+    restarted ones finish the run with both values intact."""
+    with running_engine(kafka_bootstrap, in_process=False, partitions=2) as engine:
+        text = big_text(20 * MB, "in")
+        run = engine.client.start("t.big_round_trip", {"text": text, "result_size": 50 * MB})
+        (processor,) = engine.processors.values()
+        (worker,) = engine.workers.values()
+        assert isinstance(processor, EngineProcess) and isinstance(worker, EngineProcess)
+        _wait_for_the_task(engine, run)
+        processor.kill()
+        worker.kill()
+        processor.start()
+        worker.start()
+        done = engine.client.wait_for_completion(run, timeout=300)
+        assert done.output == {
+            "input": fingerprint(text),
+            "result": fingerprint(big_text(50 * MB, "r")),
+        }
+
+
+def _wait_for_the_task(engine: RunningEngine, run: str) -> None:
+    """Until the processor scheduled the activity (its turn read the 20 MB input)."""
+    deadline = time.monotonic() + 180
+    while not any(type(e.body).__name__ == "TaskScheduled" for e in engine.history(run)):
+        assert time.monotonic() < deadline, engine.logs()
+        time.sleep(0.2)
