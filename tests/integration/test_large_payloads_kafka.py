@@ -7,10 +7,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from engine.config.topics import topic_names
 from engine.core.history import ExecutionStarted, TaskCompleted
-from engine.core.payloads import from_payload, is_ref
 from engine.core.payload_refs import parse_ref
+from engine.core.payloads import from_payload, is_ref
 from tests.engine_harness import EngineProcess, RunningEngine, running_engine
 from tests.workflows_for_tests import big_text, fingerprint
 
@@ -36,6 +38,9 @@ def test_a_large_input_and_result_travel_as_references(kafka_bootstrap: str) -> 
         assert parse_ref(started.input.data).chunks > 1
         assert from_payload(started.input) == {"text": text, "result_size": 3 * MB}
         assert from_payload(result.output) == big_text(3 * MB, "r")
+        assert _live_chunks(engine, run) > 0
+        engine.client.purge(run)
+        assert _live_chunks(engine, run) == 0
 
 
 def test_20_mb_in_50_mb_back_through_killed_processes(kafka_bootstrap: str) -> None:
@@ -57,6 +62,10 @@ def test_20_mb_in_50_mb_back_through_killed_processes(kafka_bootstrap: str) -> N
             "input": fingerprint(text),
             "result": fingerprint(big_text(50 * MB, "r")),
         }
+        # 512 KiB chunks of the JSON (a few bytes over 20 and 50 MiB), no copy left over
+        assert _live_chunks(engine, run) == 41 + 101
+        engine.client.purge(run)
+        assert _live_chunks(engine, run) == 0  # no orphan: every chunk has its tombstone
 
 
 def _wait_for_the_task(engine: RunningEngine, run: str) -> None:
@@ -65,3 +74,38 @@ def _wait_for_the_task(engine: RunningEngine, run: str) -> None:
     while not any(type(e.body).__name__ == "TaskScheduled" for e in engine.history(run)):
         assert time.monotonic() < deadline, engine.logs()
         time.sleep(0.2)
+
+
+def _live_chunks(engine: RunningEngine, run: str) -> int:
+    """The chunk keys of ``run`` whose latest record on the payloads topic is not a
+    tombstone (what compaction would keep), read committed from the beginning."""
+    topic = topic_names(engine.settings.namespace).payloads
+    consumer = Consumer(
+        {
+            "bootstrap.servers": engine.settings.bootstrap_servers,
+            "group.id": "large-payload-test",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        meta = consumer.list_topics(topic, timeout=30).topics[topic]
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
+        latest: dict[bytes, bool] = {}
+        ends: set[int] = set()
+        deadline = time.monotonic() + 120
+        while len(ends) < len(meta.partitions):
+            assert time.monotonic() < deadline, "the payloads topic was not read to its end"
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            if message.error() is not None:
+                ends.add(message.partition() or 0)
+                continue
+            key = message.key() or b""
+            if key.startswith(f"{run}/".encode()):
+                latest[key] = message.value() is not None
+        return sum(latest.values())
+    finally:
+        consumer.close()
