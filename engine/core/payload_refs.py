@@ -97,6 +97,7 @@ def make_ref(
 ) -> PayloadRef:
     """The reference to stored ``data`` of ``encoding`` once its ``chunks`` are written
     from ``offset`` on."""
+    owner = str(owner)  # an instance handle is a str with more to it
     return PayloadRef(owner, len(data), digest(data), chunks, encoding, topic, partition, offset)
 
 

@@ -34,4 +34,4 @@ class PayloadOffloader:
         if not self.limits.kept_aside(payload):
             return payload
         assert payload is not None  # kept_aside is False for None
-        return self.writer.put(owner, payload)
+        return self.writer.put(str(owner), payload)

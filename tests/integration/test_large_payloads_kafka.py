@@ -5,6 +5,7 @@ processor and a worker killed (SIGKILL) in the middle lose nothing."""
 from __future__ import annotations
 
 import time
+from dataclasses import fields, is_dataclass
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -12,7 +13,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from engine.config.topics import topic_names
 from engine.core.history import ExecutionStarted, TaskCompleted
 from engine.core.payload_refs import parse_ref
-from engine.core.payloads import from_payload, is_ref
+from engine.core.payloads import Payload, from_payload, is_ref
 from tests.engine_harness import EngineProcess, RunningEngine, running_engine
 from tests.workflows_for_tests import big_text, fingerprint
 
@@ -41,6 +42,52 @@ def test_a_large_input_and_result_travel_as_references(kafka_bootstrap: str) -> 
         assert _live_chunks(engine, run) > 0
         engine.client.purge(run)
         assert _live_chunks(engine, run) == 0
+
+
+def test_every_kind_of_payload_travels_large(kafka_bootstrap: str) -> None:
+    """Activity input and result, child input and output, an event from a client and one
+    sent between instances, the workflow's output: each above the inline limit, each a
+    reference in the history, each intact where it arrives."""
+    size = 3 * MB
+    text = big_text(size, "all")
+    with running_engine(kafka_bootstrap, in_process=False, partitions=2) as engine:
+        peer = engine.client.start("t.big_peer", None)
+        run = engine.client.start("t.big_everything", {"size": size, "peer": str(peer)})
+        engine.client.raise_event(run, "go", text[::2])
+        done = engine.client.wait_for_completion(run, timeout=180)
+        got = engine.client.wait_for_completion(peer, timeout=180)
+        histories = engine.histories()
+        assert done.output == {
+            "echo": fingerprint(text[::-1]),
+            "child": fingerprint(text),
+            "event": fingerprint(text[::2]),
+            "text": text,
+        }
+        assert got.output == fingerprint(text)
+        large = {
+            type(e.body).__name__
+            for events in histories.values()
+            for e in events
+            for value in vars_of(e.body)
+            if isinstance(value, Payload) and is_ref(value)
+        }
+        assert large >= {
+            "ExecutionStarted",  # the child's input
+            "TaskScheduled",
+            "TaskCompleted",
+            "ChildWorkflowCreated",
+            "ChildWorkflowCompleted",
+            "EventRaised",
+            "EventSent",
+            "ExecutionCompleted",
+        }
+        for name in (run, f"{run}-child", peer):
+            engine.client.purge(name)
+        assert sum(_live_chunks(engine, name) for name in (run, f"{run}-child", peer)) == 0
+
+
+def vars_of(body: object) -> list[object]:
+    return [getattr(body, f.name) for f in fields(body)] if is_dataclass(body) else []
 
 
 def test_20_mb_in_50_mb_back_through_killed_processes(kafka_bootstrap: str) -> None:

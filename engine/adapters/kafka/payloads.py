@@ -190,6 +190,19 @@ class KafkaPayloadStore:
             self._producer = Producer(config)
         return self._producer
 
+    def end_offset(self, partition: int) -> int:
+        """The end of ``partition`` now: what the next record written to it gets at least
+        (a turn's chunks, produced later in its transaction, are at or after it)."""
+        tp = TopicPartition(self.topic, partition)
+        with self._read_lock:
+            try:
+                _low, high = self._reader().get_watermark_offsets(tp, timeout=10.0)
+            except KafkaException as exc:
+                raise BrokerError(
+                    f"cannot read the end of {self.topic}[{partition}]: {exc}"
+                ) from exc
+        return int(high)
+
     # --- reading ----------------------------------------------------------------------------
 
     def fetch(self, ref: PayloadRef, count: int | None = None) -> list[bytes]:

@@ -171,7 +171,8 @@ class ProcessorRunner:
         self.settings = settings
         self.topics: TopicNames = topic_names(settings.namespace)
         self.env = _environment(settings, registry, self.topics, tracing or NoTracing())
-        payload_store(settings)  # replay reads large payloads from the payloads topic
+        # replay reads large payloads from the payloads topic, turns write them there
+        self.env.payload_offsets = payload_store(settings).end_offset
         self.partitions: dict[int, PartitionProcessor] = {}
         self.progress = Progress()
         self._clock: Clock = clock or SystemClock()
