@@ -44,15 +44,15 @@ def one_round_trip(client: Client, eng: harness.Engine, size: int, seed: str) ->
 
 
 def measure(args: argparse.Namespace, broker: harness.Broker) -> list[float]:
-    with harness.engine(broker, "large", MODULE, args.partitions, with_worker=True) as eng:
-        with Client(settings=eng.settings) as client:
-            one_round_trip(client, eng, args.size, "warm-up")
-            times = []
-            for n in range(args.runs):
-                took = one_round_trip(client, eng, args.size, f"run {n}")
-                progress(f"run {n}: {took:.2f} s")
-                emit({"benchmark": "large_payloads", "run": n, "seconds": round(took, 3)})
-                times.append(took)
+    engine = harness.engine(broker, "large", MODULE, args.partitions, with_worker=True)
+    with engine as eng, Client(settings=eng.settings) as client:
+        one_round_trip(client, eng, args.size, "warm-up")
+        times = []
+        for n in range(args.runs):
+            took = one_round_trip(client, eng, args.size, f"run {n}")
+            progress(f"run {n}: {took:.2f} s")
+            emit({"benchmark": "large_payloads", "run": n, "seconds": round(took, 3)})
+            times.append(took)
     return times
 
 
