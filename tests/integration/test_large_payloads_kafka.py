@@ -4,6 +4,9 @@ processor and a worker killed (SIGKILL) in the middle lose nothing."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from dataclasses import fields, is_dataclass
 
@@ -14,7 +17,7 @@ from engine.config.topics import topic_names
 from engine.core.history import ExecutionStarted, TaskCompleted
 from engine.core.payload_refs import parse_ref
 from engine.core.payloads import Payload, from_payload, is_ref
-from tests.engine_harness import EngineProcess, RunningEngine, running_engine
+from tests.engine_harness import REPO_ROOT, EngineProcess, RunningEngine, running_engine
 from tests.workflows_for_tests import big_text, fingerprint
 
 pytestmark = pytest.mark.kafka
@@ -39,6 +42,19 @@ def test_a_large_input_and_result_travel_as_references(kafka_bootstrap: str) -> 
         assert parse_ref(started.input.data).chunks > 1
         assert from_payload(started.input) == {"text": text, "result_size": 3 * MB}
         assert from_payload(result.output) == big_text(3 * MB, "r")
+        where = ["--bootstrap-servers", kafka_bootstrap, "--namespace", engine.settings.namespace]
+        shown = subprocess.run(
+            [sys.executable, "-m", "engine", "history", "show", run, *where],
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert f'"large_payload":{3 * MB + 2}' in shown.stdout  # the result's size, JSON quoted
+        assert len(shown.stdout) < 20_000  # sizes and beginnings, not the values
         assert _live_chunks(engine, run) > 0
         engine.client.purge(run)
         assert _live_chunks(engine, run) == 0

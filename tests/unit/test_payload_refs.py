@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.core.errors import PayloadTooLargeError
+from engine.core.history import HistoryEvent, TaskCompleted
 from engine.core.limits import Limits
 from engine.core.payload_refs import (
     PayloadRef,
@@ -25,6 +26,7 @@ from engine.core.payloads import (
     same_payload,
     to_payload,
 )
+from engine.ui.source import readable_event
 
 
 class ChunksInMemory:
@@ -115,3 +117,11 @@ def test_limits_put_aside_between_the_inline_and_the_largest_size() -> None:
         ref_payload(make_ref("i", b"x" * 900, "binary", 2, "t", 0, 0)),
     )
     assert not Limits(payload_inline=0).kept_aside(Payload(b"x" * 10_000))
+
+
+def test_the_dashboard_shows_a_reference_as_size_and_beginning(store: ChunksInMemory) -> None:
+    ref = store.put("i-1", to_payload("v" * 5000), 1000)
+    event = HistoryEvent("i-1", 3, 0, 0, TaskCompleted(task_id=1, output=ref))
+    shown = from_payload(readable_event(event).body.output)
+    assert shown["large_payload"] == 5002 and shown["chunks"] == 6
+    assert shown["preview"].startswith('"vvv') and len(shown["preview"]) <= 256
