@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from engine.config.topics import topic_names
+from engine.core.errors import PayloadTooLargeError
 from engine.core.history import ExecutionStarted, TaskCompleted
 from engine.core.payload_refs import parse_ref
 from engine.core.payloads import Payload, from_payload, is_ref
@@ -58,6 +59,8 @@ def test_a_large_input_and_result_travel_as_references(kafka_bootstrap: str) -> 
         assert _live_chunks(engine, run) > 0
         engine.client.purge(run)
         assert _live_chunks(engine, run) == 0
+        with pytest.raises(PayloadTooLargeError, match="payload_max_bytes"):
+            engine.client.start("t.big_round_trip", {"text": "x" * 64 * MB, "result_size": 1})
 
 
 def test_every_kind_of_payload_travels_large(kafka_bootstrap: str) -> None:

@@ -17,9 +17,10 @@ from __future__ import annotations
 from dataclasses import fields, is_dataclass, replace
 from typing import Any, TypeVar
 
+from engine.core.history import RecordPublished
 from engine.core.payload_refs import chunk_key, digest, make_ref, split_chunks
 from engine.core.payloads import Payload, ref_payload
-from engine.runtime.actions import TurnResult
+from engine.runtime.actions import PublishRecord, TurnResult
 from engine.services.processor.batch import Batch
 
 T = TypeVar("T")
@@ -66,11 +67,17 @@ def put_aside_turn(b: Batch, owner: str, result: TurnResult) -> tuple[TurnResult
         aside.note(payload, made[key])
         return made[key]
 
-    events = [_swapped(event, swap) for event in result.new_events]
-    actions = [_swapped(action, swap) for action in result.actions]
+    events = [e if _leaves(e.body) else _swapped(e, swap) for e in result.new_events]
+    actions = [a if _leaves(a) else _swapped(a, swap) for a in result.actions]
     if not made:
         return result, aside
     return replace(result, new_events=events, actions=actions), aside
+
+
+def _leaves(value: object) -> bool:
+    """A record published to the user's topics leaves the engine as its value, never a
+    reference (its readers know nothing of the payloads topic)."""
+    return isinstance(value, PublishRecord | RecordPublished)
 
 
 def _emit_chunks(b: Batch, owner: str, payload: Payload, sha: str, offset: int) -> Payload:
