@@ -225,20 +225,17 @@ class KafkaPayloadStore:
         tp = TopicPartition(ref.topic, ref.partition, ref.offset)
         consumer.assign([tp])
         try:
-            _low, high = consumer.get_watermark_offsets(tp, timeout=_FETCH_TIMEOUT_S)
             found: dict[int, bytes] = {}
             deadline = time.monotonic() + _FETCH_TIMEOUT_S
-            while len(found) < len(keys):
+            while len(found) < len(keys) and time.monotonic() < deadline:
                 message = consumer.poll(0.5)
-                if message is None:
-                    if consumer.position([tp])[0].offset >= high or time.monotonic() > deadline:
+                error = None if message is None else message.error()
+                if message is None or error is not None:
+                    if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                        raise BrokerError(f"reading {ref.topic}: {error}")
+                    if _at_end(consumer, tp):
                         break
-                    continue
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        break
-                    raise BrokerError(f"reading {ref.topic}: {error}")
+                    continue  # held at another producer's open transaction: it ends soon
                 index = keys.get(message.key() or b"")
                 if index is not None and message.value() is not None:
                     found[index] = message.value() or b""
@@ -304,6 +301,15 @@ class KafkaPayloadStore:
             self._producer.flush(10.0)
         if self._consumer is not None:
             self._consumer.close()
+
+
+def _at_end(consumer: Consumer, tp: TopicPartition) -> bool:
+    """Whether ``consumer`` read ``tp`` to its end. A read_committed reader also stops
+    short of it, at the first offset of a transaction still open: what follows is read
+    once that transaction ends, so only the true end means a chunk is not there."""
+    _low, high = consumer.get_watermark_offsets(tp, timeout=10.0)
+    (position,) = consumer.position([tp])
+    return position.offset >= high
 
 
 _STORES: dict[tuple[str, str], KafkaPayloadStore] = {}
