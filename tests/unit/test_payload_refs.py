@@ -3,11 +3,16 @@ comparison by digest and the size limits of references."""
 
 from __future__ import annotations
 
+import queue
+from collections.abc import Iterator
+
 import pytest
 
 from engine.core.errors import PayloadTooLargeError
+from engine.core.failure import FailureDetails
 from engine.core.history import HistoryEvent, TaskCompleted
 from engine.core.limits import Limits
+from engine.core.messages import ActivityTask
 from engine.core.payload_refs import (
     PayloadRef,
     PayloadRefError,
@@ -26,6 +31,8 @@ from engine.core.payloads import (
     same_payload,
     to_payload,
 )
+from engine.services.large_payloads import PayloadOffloader
+from engine.services.worker.runner import ActivityRunner
 from engine.ui.source import readable_event
 
 
@@ -48,7 +55,7 @@ class ChunksInMemory:
 
 
 @pytest.fixture
-def store() -> ChunksInMemory:
+def store() -> Iterator[ChunksInMemory]:
     fetcher = ChunksInMemory()
     install_fetcher(fetcher)
     yield fetcher
@@ -122,6 +129,52 @@ def test_limits_put_aside_between_the_inline_and_the_largest_size() -> None:
 def test_the_dashboard_shows_a_reference_as_size_and_beginning(store: ChunksInMemory) -> None:
     ref = store.put("i-1", to_payload("v" * 5000), 1000)
     event = HistoryEvent("i-1", 3, 0, 0, TaskCompleted(task_id=1, output=ref))
-    shown = from_payload(readable_event(event).body.output)
+    body = readable_event(event).body
+    assert isinstance(body, TaskCompleted)
+    shown = from_payload(body.output)
     assert shown["large_payload"] == 5002 and shown["chunks"] == 6
     assert shown["preview"].startswith('"vvv') and len(shown["preview"]) <= 256
+
+
+class Written:
+    """A payload writer over :class:`ChunksInMemory` (what the Kafka store does on its
+    topic), counting what it wrote."""
+
+    def __init__(self, chunks: ChunksInMemory) -> None:
+        self.chunks = chunks
+        self.writes = 0
+
+    def put(self, owner: str, payload: Payload) -> Payload:
+        self.writes += 1
+        return self.chunks.put(owner, payload, 1000)
+
+
+def _run_activity(runner: ActivityRunner, fn: object, value: object) -> tuple[object, object]:
+    done: queue.SimpleQueue[tuple[object, object]] = queue.SimpleQueue()
+    task = ActivityTask(instance_id="i-1", task_id=1, name="t", input=to_payload(value))
+    runner.submit(fn, task, lambda out, failure, _details: done.put((out, failure)))  # type: ignore[arg-type]
+    return done.get(timeout=30)
+
+
+def test_the_worker_puts_a_large_result_aside_and_refuses_one_too_large(
+    store: ChunksInMemory,
+) -> None:
+    writer = Written(store)
+    runner = ActivityRunner(2)
+    runner.offload = PayloadOffloader(Limits(payload_inline=100, payload_max=5000), writer)
+
+    def repeat(n: int) -> str:
+        return "r" * n
+
+    try:
+        small, failure = _run_activity(runner, repeat, 10)
+        assert failure is None and isinstance(small, Payload) and not is_ref(small)
+        large, failure = _run_activity(runner, repeat, 3000)
+        assert failure is None and isinstance(large, Payload) and is_ref(large)
+        assert from_payload(large) == "r" * 3000
+        too_large, failure = _run_activity(runner, repeat, 6000)
+        assert too_large is None and isinstance(failure, FailureDetails)
+        assert failure.type == "PayloadTooLargeError" and not failure.retryable
+        assert writer.writes == 1  # nothing written for the refused one
+    finally:
+        runner.shutdown()

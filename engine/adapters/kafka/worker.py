@@ -214,7 +214,8 @@ class KafkaWorker:
         self.worker.queue_limits.set_partitions(self.worker.source_partitions, self.task_queue)
         self._producer = self._new_producer()
         self._consumer = self._new_consumer()
-        self.worker.offload = PayloadOffloader(self.settings.limits, payload_store(self.settings))
+        offloader = PayloadOffloader(self.settings.limits, payload_store(self.settings))
+        self.worker.runner.offload = offloader
 
     def _new_consumer(self) -> Consumer:
         return make_consumer(

@@ -26,13 +26,13 @@ import queue
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
 from engine.codec import decode_message, encode_message
 from engine.core.activity_info import ActivityCompletesLater
-from engine.core.errors import BrokerError, CodecError, PayloadTooLargeError, TurnstileError
+from engine.core.errors import CodecError, TurnstileError
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.messages import ActivityCancel, ActivityResult, ActivityTask
 from engine.core.payloads import Payload
@@ -397,9 +397,6 @@ class Worker:
         #: Records whose delivery failed, to be produced again (see :meth:`redo`).
         self._redo: list[Outbound] = []
         self.stats: dict[str, int] = dict.fromkeys(_STATS, 0)
-        #: Puts a result over ``payload_inline_max_bytes`` on the payloads topic and gives
-        #: its reference (the Kafka loop sets it); None: every result inline.
-        self.offload: Callable[[str, Payload | None], Payload | None] | None = None
 
     # --- load -------------------------------------------------------------------------------
 
@@ -717,7 +714,6 @@ class Worker:
         if c.failure is not None:
             self.stats["failures"] += 1
             _log_failed_attempt(c)
-        c = self._put_aside(c)
         key = c.task.instance_id.encode("utf-8")
         failure_type = c.failure.type if c.failure is not None else ""
         headers = attempt_span(
@@ -727,20 +723,6 @@ class Worker:
         out = self._held(Outbound(key, value, c.partition, False, headers, None, c.offset, c.epoch))
         self.offsets.done(c.partition, c.offset, c.epoch)
         return out
-
-    def _put_aside(self, c: Completion) -> Completion:
-        """``c`` with a large result replaced by its reference (its chunks written and
-        acknowledged first); a result over ``payload_max_bytes`` fails the attempt for good,
-        one whose chunks cannot be written fails it to be retried."""
-        if self.offload is None or c.output is None:
-            return c
-        try:
-            return replace(c, output=self.offload(c.task.instance_id, c.output))
-        except PayloadTooLargeError as exc:
-            return replace(c, output=None, failure=failure_from_exception(exc, retryable=False))
-        except BrokerError as exc:
-            log.warning("%s: its result could not be put aside: %s", c.task.attempt_label, exc)
-            return replace(c, output=None, failure=failure_from_exception(exc))
 
     def replace_rejected(self, record: Outbound, reason: str) -> Outbound:
         """A failure result in place of a result the broker refused (too large, say); it
