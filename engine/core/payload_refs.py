@@ -181,3 +181,23 @@ def _fetcher(ref: PayloadRef) -> PayloadFetcher:
             f"engine.core.payload_refs.install_fetcher()"
         )
     return fetcher
+
+
+def owner_of(key: bytes) -> str:
+    """The instance a chunk key belongs to (``<owner>/<sha256>/<i>``)."""
+    return key.decode("utf-8", "replace").rsplit("/", 2)[0]
+
+
+def orphaned_chunks(
+    latest: dict[bytes, tuple[int, int, bool]], live: set[str], before_ms: int
+) -> list[tuple[bytes, int]]:
+    """The (key, partition) of chunks nothing can need: ``latest`` maps each chunk key to
+    (partition, timestamp ms, whether its newest record is a value, not a tombstone); a
+    chunk whose owner has no status any more (purged, or never started) and that was
+    written before ``before_ms`` (a start whose command is still on its way has no status
+    yet) is an orphan."""
+    return [
+        (key, partition)
+        for key, (partition, written_ms, alive) in latest.items()
+        if alive and written_ms < before_ms and owner_of(key) not in live
+    ]

@@ -13,6 +13,7 @@ from dataclasses import fields, is_dataclass
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from engine.adapters.kafka.payloads import payload_store
 from engine.config.topics import topic_names
 from engine.core.errors import PayloadTooLargeError
 from engine.core.history import ExecutionStarted, TaskCompleted
@@ -107,6 +108,32 @@ def test_every_kind_of_payload_travels_large(kafka_bootstrap: str) -> None:
 
 def vars_of(body: object) -> list[object]:
     return [getattr(body, f.name) for f in fields(body)] if is_dataclass(body) else []
+
+
+def test_the_sweep_deletes_chunks_no_instance_needs(kafka_bootstrap: str) -> None:
+    """Chunks written for an instance that never started (a start refused, a client that
+    died before its command) are deleted by ``topics sweep-payloads``; a live instance's
+    stay."""
+    with running_engine(kafka_bootstrap, in_process=False, partitions=2) as engine:
+        run = engine.client.start("t.big_round_trip", {"text": "x" * MB, "result_size": MB})
+        engine.client.wait_for_completion(run, timeout=120)
+        payload_store(engine.settings).put("never-started", Payload(b"y" * 2 * MB, "binary"))
+        assert _live_chunks(engine, "never-started") == 4
+        where = ["--bootstrap-servers", kafka_bootstrap, "--namespace", engine.settings.namespace]
+        sweep = ["topics", "sweep-payloads", "--older-than", "0", *where]
+        swept = subprocess.run(
+            [sys.executable, "-m", "engine", *sweep],
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert swept.returncode == 0, swept.stderr
+        assert "deleted 4 orphaned chunks of 1 instances" in swept.stdout
+        assert _live_chunks(engine, "never-started") == 0
+        assert _live_chunks(engine, run) == 3 + 3  # input and result, 1 MiB and a bit each
 
 
 def test_20_mb_in_50_mb_back_through_killed_processes(kafka_bootstrap: str) -> None:

@@ -20,6 +20,8 @@ from engine.core.payload_refs import (
     chunk_key,
     install_fetcher,
     make_ref,
+    orphaned_chunks,
+    owner_of,
     split_chunks,
 )
 from engine.core.payloads import (
@@ -178,3 +180,15 @@ def test_the_worker_puts_a_large_result_aside_and_refuses_one_too_large(
         assert writer.writes == 1  # nothing written for the refused one
     finally:
         runner.shutdown()
+
+
+def test_orphans_are_chunks_of_owners_without_status_past_the_grace() -> None:
+    latest = {
+        b"gone/ab/0": (1, 100, True),
+        b"gone/ab/1": (1, 100, False),  # already a tombstone
+        b"live/cd/0": (0, 100, True),
+        b"young/ef/0": (0, 900, True),  # a start on its way: no status yet
+        b"a/b/c/12/0": (0, 100, True),  # an id with slashes
+    }
+    assert owner_of(b"a/b/c/12/0") == "a/b/c"
+    assert orphaned_chunks(latest, {"live"}, 500) == [(b"gone/ab/0", 1), (b"a/b/c/12/0", 0)]
