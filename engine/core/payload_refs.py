@@ -23,7 +23,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
-from engine.core.errors import CodecError
+from engine.core.errors import CodecError, TurnstileError
 from engine.core.payload_codecs import CHAIN_MARK
 
 #: Encoding of a payload that stands for one kept in chunks on the payloads topic.
@@ -166,7 +166,7 @@ def describe_ref(ref: PayloadRef) -> dict[str, object]:
     if _FETCHER[0] is not None and CHAIN_MARK not in ref.encoding:
         try:
             doc["preview"] = preview(ref).decode("utf-8", "replace")
-        except PayloadRefError as exc:
+        except TurnstileError as exc:  # gone, or the broker away: a listing goes on
             doc["unreadable"] = str(exc)
     return doc
 
