@@ -51,6 +51,8 @@ COLUMNS: dict[str, list[str]] = {
     ],
     "payload-codecs": ["date (UTC)", "commit", "machine", "rounds", "variant", "payload",
                        "wf/s", "CPU ms/wf: processor / worker", "throughput vs none"],
+    "large-payloads": ["date (UTC)", "commit", "machine", "runs", "payload",
+                       "round trip s (median)", "fastest / slowest s", "MB/s moved"],
     "observability-overhead": [
         "date (UTC)", "commit", "machine", "rounds", "variant", "wf/s", "processor CPU ms/wf",
         "throughput vs none", "CPU vs none",

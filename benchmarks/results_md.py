@@ -639,6 +639,14 @@ class Reading:
 
 READINGS: tuple[Reading, ...] = (
     Reading(
+        "large-payloads", "a large payload's round trip (input, activity, output)",
+        lambda r: True,
+        lambda r: (
+            f"{r['values']['round trip s (median)']} s for {r['values']['payload']} "
+            f"({r['values']['MB/s moved']} MB/s of payloads moved)"
+        ),
+    ),
+    Reading(
         "restart", "restart to first turn (static membership)",
         lambda r: r["values"].get("static membership") == "on",
         lambda r: (

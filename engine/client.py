@@ -33,6 +33,7 @@ from typing import Any, Generic, TypeVar
 
 from engine.adapters.kafka.client import KafkaCommandSink, KafkaOutcomeReader, KafkaStatusReader
 from engine.adapters.kafka.history import ProgressCallback
+from engine.adapters.kafka.payloads import payload_store
 from engine.adapters.schema_registry import connect_schema_registry
 from engine.adapters.status_scan import list_page_from_topic
 from engine.adapters.tracing import traced_start
@@ -65,6 +66,7 @@ from engine.services.client.workflow_client import (
     WorkflowClient,
     list_filter,
 )
+from engine.services.large_payloads import PayloadOffloader
 
 __all__ = [
     "AsyncClient",
@@ -135,6 +137,7 @@ class Client(CommandMethods, ScheduleMethods):
             outcome_timeout_s=timeout,
             limits=settings.limits,
         )
+        self._service.offload = PayloadOffloader(settings.limits, payload_store(settings))
         if read_status:
             try:
                 self._start_reader()

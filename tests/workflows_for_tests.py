@@ -11,6 +11,7 @@ attempt read the attempt number from ``current_activity()``, never from process 
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -311,3 +312,57 @@ async def tally(ctx: WorkflowContext, start: int) -> int:
         if step == "stop":
             return count
         count += step
+
+
+# --- large payloads (kept on the payloads topic) ----------------------------------------------
+
+
+def big_text(size: int, seed: str) -> str:
+    """``size`` characters that differ with ``seed`` (a value no codec shortcut can fake)."""
+    unit = hashlib.sha256(seed.encode()).hexdigest()
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def fingerprint(text: str) -> list[Any]:
+    return [len(text), hashlib.sha256(text.encode()).hexdigest()]
+
+
+@activity(name="t.big_result")
+def big_result(args: dict[str, Any]) -> str:
+    return big_text(args["size"], args["seed"])
+
+
+@workflow(name="t.big_round_trip")
+async def big_round_trip(ctx: WorkflowContext, args: dict[str, Any]) -> dict[str, Any]:
+    """A large input in, a large activity result back: the fingerprints of both (the
+    large-payload tests; the values themselves stay on the payloads topic)."""
+    result = await ctx.call_activity(big_result, {"size": args["result_size"], "seed": "r"})
+    return {"input": fingerprint(args["text"]), "result": fingerprint(result)}
+
+
+@activity(name="t.big_echo")
+def big_echo(text: str) -> str:
+    return text[::-1]
+
+
+@workflow(name="t.big_everything")
+async def big_everything(ctx: WorkflowContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Every kind of payload large: the activity's input and result, a child's input and
+    output, an event from outside, an event sent to another instance, its own output."""
+    text = big_text(args["size"], "all")
+    echoed = await ctx.call_activity(big_echo, text)
+    child = await ctx.call_child_workflow(echo, text, instance_id=f"{ctx.instance_id}-child")
+    got = await ctx.wait_for_event("go")
+    ctx.send_event(args["peer"], "go", text)
+    return {
+        "echo": fingerprint(echoed),
+        "child": fingerprint(child),
+        "event": fingerprint(got),
+        "text": text,
+    }
+
+
+@workflow(name="t.big_peer")
+async def big_peer(ctx: WorkflowContext, _: Any = None) -> list[Any]:
+    """Waits for one event and gives its fingerprint."""
+    return fingerprint(await ctx.wait_for_event("go"))

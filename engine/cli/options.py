@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from engine.adapters.kafka.payloads import payload_store
 from engine.cli import SubParsers
 from engine.cli.log_format import LOG_FORMATS, formatter
 from engine.config.payloads import install_payload_codecs
@@ -104,6 +105,7 @@ def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:
         **overrides,
     )
     install_payload_codecs(settings)  # every command writes or reads payloads the same way
+    payload_store(settings)  # ... and reads large ones from the payloads topic
     return settings
 
 

@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from engine.adapters.kafka import admin as kafka_admin
+from engine.adapters.kafka.payload_sweep import sweep_payloads
 from engine.cli import SubParsers
 from engine.cli.options import add_settings_arguments, connected_settings, settings_from_args
 from engine.cli.worker_cmd import import_modules
@@ -68,6 +69,25 @@ def register(subparsers: SubParsers) -> None:
     acls.add_argument("role", choices=ROLES, help="the engine role")
     acls.add_argument("--principal", required=True, help="its principal, e.g. User:worker")
     acls.set_defaults(handler=_acls)
+
+    sweep = commands.add_parser(
+        "sweep-payloads",
+        help="delete chunks of large payloads whose instance no longer exists",
+        description="Read the status and payloads topics and write a tombstone for every "
+        "chunk whose instance has no status (purged, or never started) and that is older "
+        "than --older-than: what purge leaves behind (generations before a continue-as-new, "
+        "refused starts, results of attempts that died half-way).",
+    )
+    add_settings_arguments(sweep)
+    sweep.add_argument(
+        "--older-than",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="leave younger chunks alone: a start on its way has no status yet (3600)",
+    )
+    sweep.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+    sweep.set_defaults(handler=_sweep)
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -147,6 +167,17 @@ def _acls(args: argparse.Namespace) -> int:
         trigger_topics=[trigger.topic for trigger in settings.triggers],
     )
     print("\n".join(lines))
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    settings = connected_settings(args)
+    found = sweep_payloads(settings, grace_ms=int(args.older_than * 1000), dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    print(
+        f"{found.chunks} chunks on the payloads topic; {verb} {found.orphans} orphaned "
+        f"chunks of {found.owners} instances"
+    )
     return 0
 
 

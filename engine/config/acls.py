@@ -8,16 +8,19 @@ of the topic names. Pure data: no Kafka client is imported here.
 Roles:
 
 - ``processor``: reads its three input topics and the two changelogs (restore), writes the
-  history, status, command outcomes, changelogs, instance messages and dead letters, and
+  history, status, command outcomes, changelogs, instance messages and dead letters, reads
+  and writes the payloads topic (large payloads), and
   activity tasks and cancellations on every task queue (the topics named by the prefix
   ``<namespace>.activity-tasks``), commits offsets for its group inside transactions under
   ``<namespace>.processor.<replica id>``.
 - ``worker``: reads its task queues and writes to them (a task it does not serve goes back
-  to its queue), writes activity results and dead letters with an idempotent producer (no
+  to its queue), reads and writes the payloads topic, writes activity results and dead
+  letters with an idempotent producer (no
   transactions, so no transactional id; since Kafka 3.0 idempotence needs only WRITE on the
   topics), commits offsets for its group.
 - ``client``: writes commands, reads the status topic and the command outcomes (both
-  assigned every partition; it joins no group).
+  assigned every partition; it joins no group), reads and writes the payloads topic (a
+  large start input or event, a large result).
 
 A processor that publishes (``publish_topics``) or runs triggers (``triggers``) also writes
 those user topics, or reads the trigger topics in the group ``<namespace>.triggers`` and
@@ -76,8 +79,8 @@ def _processor(t: TopicNames, namespace: str) -> list[Acl]:
     reads = [t.commands, t.activity_results, t.instance_messages]
     reads += [t.state_changelog, t.timer_changelog]
     writes = [t.history, t.status, t.command_outcomes, t.state_changelog, t.timer_changelog]
-    writes += [t.instance_messages, t.dead_letters, t.replicas]
-    reads += [t.replicas]
+    writes += [t.instance_messages, t.dead_letters, t.replicas, t.payloads]
+    reads += [t.replicas, t.payloads]
     return [
         *(Acl("topic", name, "READ") for name in reads),
         *(Acl("topic", name, "WRITE") for name in writes),
@@ -94,6 +97,8 @@ def _worker(t: TopicNames, namespace: str) -> list[Acl]:
         Acl("topic", t.activity_tasks, "WRITE", prefixed=True),
         Acl("topic", t.activity_results, "WRITE"),
         Acl("topic", t.dead_letters, "WRITE"),
+        Acl("topic", t.payloads, "READ"),
+        Acl("topic", t.payloads, "WRITE"),
         Acl("group", f"{namespace}.worker", "READ"),
     ]
 
@@ -103,6 +108,8 @@ def _client(t: TopicNames, namespace: str) -> list[Acl]:
         Acl("topic", t.commands, "WRITE"),
         Acl("topic", t.status, "READ"),
         Acl("topic", t.command_outcomes, "READ"),
+        Acl("topic", t.payloads, "READ"),
+        Acl("topic", t.payloads, "WRITE"),
     ]
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from engine.config.triggers import Trigger, parse_triggers
 from engine.core.errors import ConfigurationError
 from engine.core.limits import HistoryLimits, Limits
+from engine.core.payload_refs import DEFAULT_INLINE_MAX, DEFAULT_PAYLOAD_MAX
 
 ENV_PREFIX = "TURNSTILE_"
 
@@ -152,6 +153,13 @@ class Settings:
     #: More keys in the same form, comma-separated, after the file's (usually given as
     #: ``TURNSTILE_PAYLOAD_KEYS``); never shown in the settings' repr.
     payload_keys: str = field(default="", repr=False)
+    #: A payload above this many bytes is kept in chunks on the ``<namespace>.payloads``
+    #: topic and the record carries a reference to it; 0: every payload inline.
+    #: ``[payloads] inline_max_bytes``.
+    payload_inline_max_bytes: int = DEFAULT_INLINE_MAX
+    #: The largest payload (input, result, event, output) a workflow may move; above it
+    #: the instance fails alone and the client refuses to send. ``[payloads] max_bytes``.
+    payload_max_bytes: int = DEFAULT_PAYLOAD_MAX
 
     @property
     def limits(self) -> Limits:
@@ -165,6 +173,8 @@ class Settings:
                 event=self.max_event_bytes,
                 custom_status=self.max_custom_status_bytes,
                 record=self.max_record_bytes,
+                payload_inline=self.payload_inline_max_bytes,
+                payload_max=self.payload_max_bytes,
             )
         except ValueError as exc:
             raise ConfigurationError(f"size limits: {exc}") from exc
@@ -267,7 +277,7 @@ def _publish_table(path: Path, table: Any) -> Any:
     return table.get("topics", [])
 
 
-_PAYLOADS_KEYS = ("codecs", "key_file", "keys")
+_PAYLOADS_KEYS = ("codecs", "key_file", "keys", "inline_max_bytes", "max_bytes")
 
 
 def _payloads_table(path: Path, table: Any) -> dict[str, Any]:
@@ -435,6 +445,8 @@ _CHECKS: dict[str, Callable[[str, Any], str | None]] = {
     "max_event_bytes": _positive,
     "max_custom_status_bytes": _positive,
     "max_record_bytes": _positive,
+    "payload_inline_max_bytes": _not_negative,
+    "payload_max_bytes": _positive,
     "turn_budget_ms": _positive,
     "turn_max_events": _positive,
     "backlog_events_max": _positive,

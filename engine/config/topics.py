@@ -57,6 +57,7 @@ class TopicNames:
     dead_letters: str
     command_outcomes: str
     replicas: str
+    payloads: str
 
     def names(self) -> tuple[str, ...]:
         return tuple(getattr(self, f.name) for f in fields(self))

@@ -37,7 +37,8 @@ from engine.core.history import (
     TaskScheduled,
 )
 from engine.core.messages import InstanceStatus, Message, RaiseEvent, SignalWithStart, StartWorkflow
-from engine.core.payloads import SUMMARY, Payload
+from engine.core.payload_refs import DEFAULT_INLINE_MAX, DEFAULT_PAYLOAD_MAX
+from engine.core.payloads import SUMMARY, Payload, is_ref, stored_size
 
 KIB = 1024
 
@@ -63,8 +64,18 @@ class Limits:
     custom_status: int = 64 * KIB
     #: Any one record the engine writes (the topics' max.message.bytes follows it).
     record: int = 1_000_000
+    #: A payload above ``payload_inline`` bytes is kept in chunks on the payloads topic
+    #: (engine.core.payload_refs), up to ``payload_max`` bytes; 0: never (the per-kind
+    #: limits above are then the largest values).
+    payload_inline: int = DEFAULT_INLINE_MAX
+    payload_max: int = DEFAULT_PAYLOAD_MAX
 
     def __post_init__(self) -> None:
+        if self.payload_inline and not 0 < self.payload_inline < self.payload_max:
+            raise ValueError(
+                f"payload_inline_max_bytes={self.payload_inline} must be below "
+                f"payload_max_bytes={self.payload_max} (0 keeps every payload inline)"
+            )
         for name in _KINDS:
             value = getattr(self, name)
             if value < 1 or value + RECORD_OVERHEAD > self.record:
@@ -77,9 +88,29 @@ class Limits:
         """Raise :class:`PayloadTooLargeError` when ``payload`` is over the ``kind`` limit."""
         if payload is None:
             return
+        if is_ref(payload):  # kept beside the record: only the largest payload counts
+            if stored_size(payload) > self.payload_max:
+                raise PayloadTooLargeError(
+                    what, stored_size(payload), "payload_max_bytes", self.payload_max
+                )
+            return
         limit = getattr(self, kind)
         if len(payload.data) > limit:
             raise PayloadTooLargeError(what, len(payload.data), setting_name(kind), limit)
+
+    def kept_aside(self, payload: Payload | None) -> bool:
+        """Whether ``payload`` goes to the payloads topic (over ``payload_inline`` bytes);
+        :class:`PayloadTooLargeError` for one over ``payload_max``, before anything is
+        written."""
+        if payload is None or not self.payload_inline or is_ref(payload):
+            return False
+        if len(payload.data) <= self.payload_inline:
+            return False
+        if len(payload.data) > self.payload_max:
+            raise PayloadTooLargeError(
+                "the payload", len(payload.data), "payload_max_bytes", self.payload_max
+            )
+        return True
 
     def check_event(self, body: EventBody) -> None:
         """Check the value a history event carries against the limit of its kind."""

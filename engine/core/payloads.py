@@ -13,12 +13,23 @@ from typing import Any, Protocol
 
 from engine.core.errors import CodecError
 from engine.core.payload_codecs import ACTIVE_CHAIN, CHAIN_MARK, seal_bytes, unseal_bytes
+from engine.core.payload_refs import (
+    REF_ENCODING,
+    PayloadRef,
+    describe_ref,
+    digest,
+    fetch_stored,
+    parse_ref,
+    ref_bytes,
+)
 from engine.core.typed import to_jsonable
 
 JSON = "json"
 RAW = "binary"
 #: A small JSON stand-in for a value too large to be copied (see engine.core.limits).
 SUMMARY = "turnstile.summary"
+#: A small stand-in for a value kept in chunks on the payloads topic (engine.core.payload_refs).
+REF = REF_ENCODING
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +140,10 @@ def seal(payload: Payload) -> Payload:
 
 
 def unseal(payload: Payload) -> Payload:
-    """``payload`` with the codec chain its encoding records undone (the converter's bytes)."""
+    """``payload`` with the codec chain its encoding records undone (the converter's bytes);
+    a reference is resolved first."""
+    if payload.encoding == REF:
+        payload = _resolved(payload)
     if CHAIN_MARK not in payload.encoding:
         return payload
     data, encoding = unseal_bytes(payload.data, payload.encoding)
@@ -143,6 +157,8 @@ def same_payload(a: Payload | None, b: Payload | None) -> bool:
         return a is b
     if a.data == b.data and a.encoding == b.encoding:
         return True
+    if (a.encoding == REF) != (b.encoding == REF):  # recomputed in full, recorded as a
+        return _same_as_ref(a, b)  # reference
     if CHAIN_MARK not in a.encoding and CHAIN_MARK not in b.encoding:
         return False
     plain_a, plain_b = unseal(a), unseal(b)
@@ -154,6 +170,8 @@ def from_payload(payload: Payload | None) -> Any:
     codec chain its encoding records first."""
     if payload is None:
         return None
+    if payload.encoding == REF:
+        payload = _resolved(payload)
     if CHAIN_MARK in payload.encoding:
         payload = unseal(payload)
     return _converter(payload.encoding).from_bytes(payload.data)
@@ -165,6 +183,8 @@ def describe_payload(payload: Payload | None) -> Any:
     never stops a listing."""
     if payload is None:
         return None
+    if payload.encoding == REF:
+        return describe_ref(parse_ref(payload.data))
     try:
         return from_payload(payload)
     except CodecError as exc:
@@ -174,6 +194,45 @@ def describe_payload(payload: Payload | None) -> Any:
             "size": len(payload.data),
             "first_bytes": payload.data[:32].hex(),
         }
+
+
+def _resolved(payload: Payload) -> Payload:
+    ref = parse_ref(payload.data)
+    return Payload(fetch_stored(ref), ref.encoding)
+
+
+def is_ref(payload: Payload | None) -> bool:
+    """Whether ``payload`` stands for one kept on the payloads topic."""
+    return payload is not None and payload.encoding == REF
+
+
+def ref_payload(ref: PayloadRef) -> Payload:
+    """The small payload that carries ``ref`` in records."""
+    return Payload(ref_bytes(ref), REF)
+
+
+def resolve(payload: Payload) -> Payload:
+    """``payload`` itself, or - for a reference - the stored payload it stands for."""
+    return _resolved(payload) if payload.encoding == REF else payload
+
+
+def stored_size(payload: Payload) -> int:
+    """The size of the stored payload ``payload`` is or stands for."""
+    return parse_ref(payload.data).size if payload.encoding == REF else len(payload.data)
+
+
+def _same_as_ref(a: Payload, b: Payload) -> bool:
+    """Whether a reference and a full payload stand for the same stored bytes (replay
+    recomputes an activity input in full; the history recorded its reference). Compared
+    by digest, without reading the chunks; with a codec chain that gives new bytes each
+    time (encryption) the values are compared once resolved."""
+    ref_side, full = (a, b) if a.encoding == REF else (b, a)
+    ref = parse_ref(ref_side.data)
+    if ref.encoding == full.encoding and ref.sha256 == digest(full.data):
+        return True
+    if CHAIN_MARK not in ref.encoding and CHAIN_MARK not in full.encoding:
+        return False
+    return same_payload(_resolved(ref_side), full)
 
 
 def _converter(encoding: str) -> PayloadConverter:

@@ -22,7 +22,7 @@ from engine.core.errors import CodecError, ConfigurationError, InstanceNotFoundE
 from engine.core.history import HistoryEvent, RuntimeStatus
 from engine.core.messages import CommandOutcome, DeadLetter, InstanceStatus
 from engine.core.payload_codecs import CHAIN_MARK
-from engine.core.payloads import Payload, unseal
+from engine.core.payloads import Payload, describe_payload, is_ref, plain_payload, unseal
 from engine.runtime.jsonhistory import history_to_json
 from engine.services.dead_letters import FirstPerSource
 from engine.ui.views import filter_from_query, pending_work, select
@@ -308,11 +308,14 @@ def _dead_letter(partition: int, offset: int, value: bytes | None) -> dict[str, 
 
 def readable_event(event: HistoryEvent) -> HistoryEvent:
     """``event`` with its payloads' codec chains undone where this process has the keys, so
-    the timeline shows values, not ciphertext (a payload it cannot undo stays as stored)."""
+    the timeline shows values, not ciphertext (a payload it cannot undo stays as stored);
+    a large payload's reference shows as its size, digest and first bytes."""
     changes: dict[str, Payload] = {}
     for field in dataclasses.fields(event.body):
         value = getattr(event.body, field.name)
-        if isinstance(value, Payload) and CHAIN_MARK in value.encoding:
+        if isinstance(value, Payload) and is_ref(value):  # size, digest, the beginning:
+            changes[field.name] = plain_payload(describe_payload(value))  # never 64 MiB
+        elif isinstance(value, Payload) and CHAIN_MARK in value.encoding:
             try:
                 changes[field.name] = unseal(value)
             except CodecError:

@@ -33,6 +33,7 @@ COPARTITIONED = {
     "status",
     "state-changelog",
     "timer-changelog",
+    "payloads",
 }
 
 
@@ -48,7 +49,7 @@ def test_names_are_namespaced() -> None:
     assert names.commands == "shop.commands"
     assert names.activity_tasks == "shop.activity-tasks"
     assert names.state_changelog == "shop.state-changelog"
-    assert len(set(names.names())) == len(logical_names()) == 11
+    assert len(set(names.names())) == len(logical_names()) == 12
     with pytest.raises(ConfigurationError):
         topic_names("")
 
@@ -58,7 +59,7 @@ def test_spec_declares_every_topic_once() -> None:
     assert sorted(t.name for t in SPEC.topics) == sorted(logical_names())
     assert set(SPEC.copartitioned) == COPARTITIONED
     compacted = {t.name for t in SPEC.topics if t.config["cleanup.policy"] == "compact"}
-    assert compacted == {"status", "state-changelog", "timer-changelog", "replicas"}
+    assert compacted == {"status", "state-changelog", "timer-changelog", "replicas", "payloads"}
     assert SPEC.topic("history").config["retention.ms"] == "-1"
 
 

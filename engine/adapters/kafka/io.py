@@ -356,6 +356,22 @@ class TransactionalProducer:
         self._delivered = []
         self._producer.poll(0)
 
+    @property
+    def delivered(self) -> list[Delivered]:
+        """Where the records of the open transaction were written, so far as reported."""
+        return self._delivered
+
+    def flush_delivered(self) -> None:
+        """Wait until every record of the open transaction is written (still uncommitted),
+        so that :attr:`delivered` has their offsets: a record that refers to earlier ones
+        by offset (a large payload's reference) is produced after this."""
+        self._require_open("flush_delivered")
+        left = self._producer.flush(self.timeout_s)
+        if left or self._failed:
+            self._abort_and_raise(
+                f"records of the transaction were not written ({self._failed[:1] or left})"
+            )
+
     def poll(self, timeout_s: float = 0.0) -> int:
         """Serve delivery callbacks (call it now and then while a transaction is open)."""
         return int(self._producer.poll(timeout_s))

@@ -64,6 +64,7 @@ from engine.adapters.kafka.io import (
 )
 from engine.adapters.kafka.isolation import Produced, produce_batch, refused_in_delivery
 from engine.adapters.kafka.liveness import LivenessWatch
+from engine.adapters.kafka.payloads import payload_store
 from engine.adapters.kafka.recovery import Recovery
 from engine.adapters.kafka.restore import RestoreReport, restore_tables
 from engine.adapters.kafka.takeover import Takeover
@@ -168,6 +169,8 @@ class ProcessorRunner:
         self.settings = settings
         self.topics: TopicNames = topic_names(settings.namespace)
         self.env = _environment(settings, registry, self.topics, tracing or NoTracing())
+        # replay reads large payloads from the payloads topic, turns write them there
+        self.env.payload_offsets = payload_store(settings).end_offset
         self.partitions: dict[int, PartitionProcessor] = {}
         self.progress = Progress()
         self._clock: Clock = clock or SystemClock()

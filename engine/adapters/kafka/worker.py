@@ -41,6 +41,7 @@ from engine.adapters.kafka.io import (
     poll_batch,
     resume_partitions,
 )
+from engine.adapters.kafka.payloads import payload_store
 from engine.adapters.kafka.recovery import Recovery
 from engine.adapters.metrics import WorkerMetrics
 from engine.adapters.tracing import trace_header
@@ -49,6 +50,7 @@ from engine.config.topics import topic_names
 from engine.core.errors import BrokerError
 from engine.core.task_queues import DEFAULT_TASK_QUEUE
 from engine.runtime.registry import Registry
+from engine.services.large_payloads import PayloadOffloader
 from engine.services.tracing import TraceHook
 from engine.services.worker.queue_limits import QueueLimits
 from engine.services.worker.worker import (
@@ -212,6 +214,8 @@ class KafkaWorker:
         self.worker.queue_limits.set_partitions(self.worker.source_partitions, self.task_queue)
         self._producer = self._new_producer()
         self._consumer = self._new_consumer()
+        offloader = PayloadOffloader(self.settings.limits, payload_store(self.settings))
+        self.worker.runner.offload = offloader
 
     def _new_consumer(self) -> Consumer:
         return make_consumer(

@@ -17,7 +17,7 @@ from typing import Any
 from engine.core.errors import CodecError
 from engine.core.failure import FailureDetails
 from engine.core.history import EventBody, HistoryEvent, RuntimeStatus, TurnStarted
-from engine.core.payloads import Payload, unseal
+from engine.core.payloads import Payload, describe_payload, is_ref, unseal
 from engine.runtime.jsonhistory import history_to_json, payload_to_json
 from engine.services.audit.state import InstanceFold
 
@@ -45,6 +45,9 @@ def format_time(epoch_ms: int) -> str:
 
 
 def _payload_text(payload: Payload) -> str:
+    if is_ref(payload):  # kept on the payloads topic: its size and beginning, not all of it
+        shown = describe_payload(payload)
+        return json.dumps(shown, separators=(",", ":"), ensure_ascii=False)
     try:
         shown = payload_to_json(unseal(payload))  # the value, when this process has the keys
     except CodecError as exc:

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -34,6 +34,9 @@ from engine.core.messages import (
     CommandOutcome,
     InstanceStatus,
     Message,
+    RaiseEvent,
+    SignalWithStart,
+    StartWorkflow,
 )
 from engine.core.payloads import Payload, describe_payload, from_payload
 from engine.runtime.jsonhistory import failure_to_json
@@ -56,6 +59,13 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: The payload fields of the commands a client writes (what may be put aside).
+_PAYLOAD_FIELDS: dict[type, tuple[str, ...]] = {
+    StartWorkflow: ("input",),
+    RaiseEvent: ("input",),
+    SignalWithStart: ("input", "event_input"),
+}
 
 StatusPredicate = Callable[[InstanceStatus], bool]
 
@@ -444,6 +454,9 @@ class WorkflowClient:
         self.sink = sink
         #: Checked before a command is sent (the settings' size limits); None: not checked.
         self.limits = limits
+        #: Puts a command's payloads over ``payload_inline_max_bytes`` on the payloads topic
+        #: (engine.services.large_payloads); None: every payload inline.
+        self.offload: Callable[[str, Payload | None], Payload | None] | None = None
         self.view = view
         self.registry = registry or default_registry
         self.ready_timeout_s = ready_timeout_s
@@ -505,11 +518,25 @@ class WorkflowClient:
         return outcome
 
     def _write(self, command: Message, flush: bool) -> None:
+        if self.offload is not None:
+            command = self._put_aside(command)
         if self.limits is not None:
             self.limits.check_command(command)  # PayloadTooLargeError before anything is sent
         self.sink.send(command.instance_id.encode("utf-8"), encode_message(command))
         if flush:
             self.flush()
+
+    def _put_aside(self, command: Message) -> Message:
+        """``command`` with its large payloads replaced by references to their chunks,
+        written before the command (one over ``payload_max_bytes`` raises here)."""
+        assert self.offload is not None
+        changes: dict[str, Any] = {}
+        for attr in _PAYLOAD_FIELDS.get(type(command), ()):
+            value = getattr(command, attr)
+            kept = self.offload(command.instance_id, value)
+            if kept is not value:
+                changes[attr] = kept
+        return replace(command, **changes) if changes else command
 
     def flush(self) -> None:
         """Wait until every command sent with ``flush=False`` is written."""

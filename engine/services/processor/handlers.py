@@ -90,6 +90,7 @@ from engine.services.processor.command_outcomes import (
     refused,
 )
 from engine.services.processor.outcome import step_instance
+from engine.services.processor.payload_purge import delete_payloads
 from engine.services.processor.state import Loaded
 
 log = logging.getLogger("engine.processor")
@@ -548,6 +549,7 @@ def purge_row(b: Batch, item: Loaded) -> None:
     """Remove an ended instance: its row, history rows, timers, running-children rows
     and status (a purge, or its retention time passed)."""
     meta = item.meta
+    delete_payloads(b, meta)
     _drop_history(b, meta)
     for timer in b.tables.timers_of(meta.instance_id):
         b.tables.delete_timer(timer)

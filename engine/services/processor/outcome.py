@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from engine.codec import seal_history
-from engine.core.errors import WorkflowRuntimeError
+from engine.core.errors import PayloadTooLargeError, WorkflowRuntimeError
 from engine.core.failure import FailureDetails, failure_from_exception
 from engine.core.history import (
     EventBody,
@@ -61,6 +61,7 @@ from engine.services.processor import (
 )
 from engine.services.processor.batch import Batch
 from engine.services.processor.history_rows import pack_rows
+from engine.services.processor.payload_aside import Aside, put_aside_turn
 from engine.services.processor.poison import BOUND_ERRORS, TINY, check_turn, fitting
 from engine.services.processor.publish import publish_record
 from engine.services.processor.state import Loaded
@@ -115,6 +116,11 @@ def _step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
         b.counters.reject(rejected.inbound.body.KIND)
         log.info("%s: rejected %s: %s", meta.instance_id, rejected.inbound.body, rejected.reason)
     updates.answer_rejected(b, item, result, now_ms)
+    try:
+        result, aside = put_aside_turn(b, meta.instance_id, result)
+    except PayloadTooLargeError as exc:
+        _fail_on_bound(b, item, inbox, failure_from_exception(exc, retryable=False), now_ms)
+        return
     if not result.new_events or not _record_turn(b, item, inbox, result, now_ms):
         return
     updates.answer_finished(b, item, result, now_ms)
@@ -123,7 +129,7 @@ def _step_instance(b: Batch, item: Loaded, now_ms: int) -> None:
         if handler is not None:
             handler(b, item, action, now_ms)
     cancels.after_turn(b, item, inbox, result)  # workers stop what it no longer waits for
-    _refresh_meta(item, now_ms)
+    _refresh_meta(item, now_ms, aside)
     timeouts.arm_new_run(b, meta, generation, now_ms)
     b.save(meta)
     backlog.after_turn(b, item, now_ms)
@@ -292,7 +298,7 @@ def _new_generation(
         meta.generation_start = begins
 
 
-def _refresh_meta(item: Loaded, now_ms: int) -> None:
+def _refresh_meta(item: Loaded, now_ms: int, aside: Aside) -> None:
     execution = item.execution
     assert execution is not None
     meta = item.meta
@@ -301,11 +307,11 @@ def _refresh_meta(item: Loaded, now_ms: int) -> None:
     # batch) the instance runs on; the row shows it RUNNING, as every reader expects
     meta.status = RuntimeStatus.RUNNING if status is RuntimeStatus.CONTINUED_AS_NEW else status
     meta.generation = execution.generation
-    meta.output = execution.output
+    meta.output = aside.swap(execution.output)  # the row holds what the history holds
     meta.failure = execution.failure
     meta.custom_status = execution.custom_status
     meta.tags = execution.tags
-    meta.input = execution.input
+    meta.input = aside.swap(execution.input)
     meta.last_updated_ms = now_ms
 
 

@@ -8,7 +8,7 @@ processor can import it without importing each other.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from typing import TypeVar
 
@@ -376,3 +376,7 @@ class Environment:
     backlog_events_max: int = 10_000
     #: How large one generation's history may grow (settings history_*).
     history_limits: HistoryLimits = field(default_factory=HistoryLimits)
+    #: An offset at or before where the next record of a payloads-topic partition lands
+    #: (the adapter asks the broker): a turn's large payloads go to that topic
+    #: (``payload_aside``). None: every payload stays inline (the in-memory engine).
+    payload_offsets: Callable[[int], int] | None = None

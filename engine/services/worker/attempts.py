@@ -51,6 +51,11 @@ class Attempt:
         """How the executor stops the body (cancel its task, kill its process)."""
         self._stopper = stopper
 
+    @property
+    def settled(self) -> bool:
+        """Whether the outcome was reported (a timeout or a stop may come first)."""
+        return self._settled
+
     def settle(self, output: Payload | None, failure: FailureDetails | None) -> bool:
         """Report the outcome, unless one was reported already (then False)."""
         with self._lock:

@@ -17,17 +17,26 @@ from concurrent.futures import Future
 from typing import Any
 
 from engine.core.activity_info import ActivityContext, activity_scope
-from engine.core.errors import ActivityCancelledError, CodecError, TurnstileError
+from engine.core.errors import (
+    ActivityCancelledError,
+    BrokerError,
+    CodecError,
+    PayloadTooLargeError,
+    TurnstileError,
+)
 from engine.core.failure import failure_from_exception
 from engine.core.messages import ActivityTask
-from engine.core.payloads import from_payload, seal, to_payload
+from engine.core.payloads import Payload, from_payload, seal, to_payload
 from engine.core.typed import convert, parameter_type
 from engine.services.worker.attempts import Attempt, OnDone, cancelled_failure
 from engine.services.worker.processes import Encoded, ProcessExecutor
 from engine.services.worker.threads import AbandoningThreads
 from engine.services.worker.timeouts import run_timeout_s
 
-__all__ = ["EXECUTORS", "ActivityRunner"]
+__all__ = ["EXECUTORS", "ActivityRunner", "Offload"]
+
+#: Puts a payload of an instance aside (``services.large_payloads.PayloadOffloader``).
+Offload = Callable[[str, Payload | None], Payload | None]
 
 #: Where sync activities run: reusable threads (abandoned at their timeout) or one child
 #: process per attempt (killed at its timeout; see engine.services.worker.processes).
@@ -95,6 +104,10 @@ class ActivityRunner:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        #: Puts a result over ``payload_inline_max_bytes`` on the payloads topic and gives
+        #: its reference (``services.large_payloads``; the Kafka worker sets it); None:
+        #: every result inline.
+        self.offload: Offload | None = None
 
     def submit(
         self,
@@ -120,7 +133,8 @@ class ActivityRunner:
             attempt.bind(kill)
         else:  # a thread cannot be stopped: the activity sees is_cancelled() instead
             future = self._threads.submit(lambda: _call_sync(fn, args, info), limit, what)
-        future.add_done_callback(lambda f: _finish(f, attempt))
+        offload = self.offload
+        future.add_done_callback(lambda f: _finish(f, attempt, offload))
         return attempt
 
     @property
@@ -184,7 +198,7 @@ async def _call_async(
         return await fn(*args)
 
 
-def _finish(future: Future[Any], attempt: Attempt) -> None:
+def _finish(future: Future[Any], attempt: Attempt, offload: Offload | None = None) -> None:
     """Settle the attempt with the future's output or failure (never raises)."""
     if future.cancelled():
         return  # stopped (settled already) or shut down (redelivered)
@@ -198,11 +212,32 @@ def _finish(future: Future[Any], attempt: Attempt) -> None:
     result = future.result()
     if isinstance(result, Encoded):  # a child process encoded it already
         # ... without this process's codec chain, which a spawned child does not have
-        attempt.settle(None if result.output is None else seal(result.output), result.failure)
+        if result.failure is not None or result.output is None:
+            attempt.settle(None, result.failure)
+        else:
+            _settle_output(attempt, seal(result.output), offload)
         return
     try:
         output = to_payload(result)
     except CodecError as codec_error:
         attempt.settle(None, failure_from_exception(codec_error, retryable=False))
         return
+    _settle_output(attempt, output, offload)
+
+
+def _settle_output(attempt: Attempt, output: Payload, offload: Offload | None) -> None:
+    """Settle with ``output``, a large one put aside first - here, on the attempt's own
+    thread, so that writing its chunks never holds up the worker's Kafka loop. One over
+    ``payload_max_bytes`` fails the attempt for good; one whose chunks cannot be written
+    fails it to be retried. An attempt that timed out meanwhile writes nothing."""
+    if offload is not None and not attempt.settled:
+        try:
+            kept = offload(attempt.task.instance_id, output)
+        except PayloadTooLargeError as exc:
+            attempt.settle(None, failure_from_exception(exc, retryable=False))
+            return
+        except BrokerError as exc:
+            attempt.settle(None, failure_from_exception(exc))
+            return
+        output = kept if kept is not None else output
     attempt.settle(output, None)
