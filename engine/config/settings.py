@@ -79,6 +79,13 @@ class Settings:
     #: replica may have: a false alarm costs a rebalance and a recovery.
     liveness_interval_ms: int = 500
     liveness_timeout_ms: int = 1500
+    #: Warm copies each partition has besides its owner's (like Kafka Streams'
+    #: ``num.standby.replicas``): a replica tails the changelogs of the partitions it would
+    #: take over if a peer died into its local RocksDB, so a takeover replays only the last
+    #: few records instead of restoring the whole table. Costs each standby one changelog
+    #: reader, the disk of the copies and the CPU of applying them. Needs liveness and static
+    #: membership (the live peers decide who stands by for what).
+    standby_replicas: int = 0
     modules: tuple[str, ...] = ()
     #: librdkafka settings added to every Kafka client (security, tuning): ``[kafka]`` in
     #: the TOML file, ``--kafka KEY=VALUE`` flags, or ``TURNSTILE_EXTRA_KAFKA``.
@@ -408,6 +415,7 @@ _CHECKS: dict[str, Callable[[str, Any], str | None]] = {
     "cache_instances": _positive,
     "liveness_interval_ms": _not_negative,
     "liveness_timeout_ms": _positive,
+    "standby_replicas": _not_negative,
     "worker_concurrency": _positive,
     "worker_id": _not_empty,
     "connect_timeout_ms": _positive,
@@ -438,14 +446,7 @@ def _validate(settings: Settings) -> None:
                 f"{problem} (setting {name}: --{name.replace('_', '-')} or {env_name(name)})"
             )
     settings.limits  # noqa: B018 - raises ConfigurationError when the limits do not fit
-    if settings.liveness_interval_ms and (
-        settings.liveness_timeout_ms < 2 * settings.liveness_interval_ms
-    ):
-        raise ConfigurationError(
-            f"liveness_timeout_ms={settings.liveness_timeout_ms} must be at least twice "
-            f"liveness_interval_ms={settings.liveness_interval_ms}: one late record must not "
-            f"get a replica evicted; raise the timeout or lower the interval"
-        )
+    _check_failover(settings)
     if settings.parked_events_max_bytes > settings.max_record_bytes // 2:
         raise ConfigurationError(
             f"parked_events_max_bytes={settings.parked_events_max_bytes} must be at most half "
@@ -458,6 +459,27 @@ def _validate(settings: Settings) -> None:
         raise ConfigurationError(
             "wire_format = confluent needs a Schema Registry: set schema_registry_url "
             "(in the config file or TURNSTILE_SCHEMA_REGISTRY_URL), or use single-object"
+        )
+
+
+def _check_failover(settings: Settings) -> None:
+    """Liveness and standby settings that only make sense together."""
+    if settings.liveness_interval_ms and (
+        settings.liveness_timeout_ms < 2 * settings.liveness_interval_ms
+    ):
+        raise ConfigurationError(
+            f"liveness_timeout_ms={settings.liveness_timeout_ms} must be at least twice "
+            f"liveness_interval_ms={settings.liveness_interval_ms}: one late record must not "
+            f"get a replica evicted; raise the timeout or lower the interval"
+        )
+    if settings.standby_replicas and not (
+        settings.liveness_interval_ms and settings.static_membership
+    ):
+        raise ConfigurationError(
+            f"standby_replicas={settings.standby_replicas} needs liveness records "
+            f"(liveness_interval_ms > 0) and static membership (static_membership = true): "
+            f"the live peers decide which partitions a replica stands by for; turn them on "
+            f"or set standby_replicas = 0"
         )
 
 

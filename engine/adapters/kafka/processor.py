@@ -29,8 +29,9 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,7 @@ from engine.adapters.kafka.isolation import Produced, produce_batch, refused_in_
 from engine.adapters.kafka.liveness import LivenessWatch
 from engine.adapters.kafka.recovery import Recovery
 from engine.adapters.kafka.restore import RestoreInterrupted, RestoreReport, restore_tables
+from engine.adapters.kafka.standby import Standbys
 from engine.adapters.rocks_store import RocksPartitionStore
 from engine.adapters.schema_registry import connect_schema_registry
 from engine.config.settings import Settings
@@ -189,6 +191,8 @@ class ProcessorRunner:
         #: Set once a batch failed beyond repair: nothing may be committed after it.
         self._failed = False
         self._stop: threading.Event | None = None
+        #: Warm copies of partitions this replica would take over (``standby_replicas``).
+        self.standbys: Standbys | None = None
         self._client_id = f"{settings.namespace}.processor.{settings.replica_id}"
         self._recovery = Recovery(f"processor {settings.replica_id}")
         #: How history, status and outcomes are framed (checks the registry, if any, first).
@@ -238,6 +242,16 @@ class ProcessorRunner:
         )
         return config
 
+    @property
+    def standby_lag(self) -> dict[int, int]:
+        """Offsets each standby copy is behind its changelogs' committed end (a metric)."""
+        return {} if self.standbys is None else dict(self.standbys.lag)
+
+    @property
+    def standby_applied(self) -> int:
+        """Changelog records applied to standby copies since the start (a metric)."""
+        return 0 if self.standbys is None else self.standbys.applied
+
     @functools.cached_property
     def _queues(self) -> TaskQueueTopics:
         """Creates a task queue's topic before the first batch that produces to it."""
@@ -252,6 +266,15 @@ class ProcessorRunner:
         self._stop = stop
         self._subscribe()
         watch = self._watch_peers()
+        if watch is not None and self.settings.standby_replicas:
+            peers = watch.peers
+            self.standbys = Standbys(
+                self.settings,
+                self.topics,
+                lambda: peers.alive(time.monotonic()),
+                self._partition_path,
+            )
+            self.standbys.start()
         try:
             while not stop.is_set():
                 try:
@@ -267,6 +290,8 @@ class ProcessorRunner:
                     self._recovery.succeeded(self.progress.transactions + self.progress.restores)
         finally:
             self.close()
+            if self.standbys is not None:
+                self.standbys.stop()
             if watch is not None:
                 watch.stop(left=True)
 
@@ -303,6 +328,7 @@ class ProcessorRunner:
                 log.warning("closing the consumer to rejoin: %s", exc)
             for pp in self.partitions.values():
                 pp.close()
+            self._unclaim(list(self.partitions))
             self.partitions.clear()
             self._producer.close()
         while True:
@@ -330,6 +356,7 @@ class ProcessorRunner:
                 log.warning("closing consumer: %s", exc)
             for pp in self.partitions.values():
                 pp.close()
+            self._unclaim(list(self.partitions))
             self.partitions.clear()
             self._producer.close()
             self.env.watchdog.close()
@@ -585,6 +612,8 @@ class ProcessorRunner:
             self._fencing.fence_departed(
                 consumer, [TopicPartition(t, p) for t in self._inputs for p in new]
             )
+        if self.standbys is not None:  # their warm copies become the processor's stores
+            self.standbys.claim(new)
         opened = {p: self._open_partition(p) for p in new}
         try:
             self._restore(opened)
@@ -592,6 +621,7 @@ class ProcessorRunner:
             # Never process a partition whose tables are short of the committed end.
             for pp in opened.values():
                 pp.close()
+            self._unclaim(new)
             consumer.pause([tp for tp in assigned if tp.partition in opened])
             raise
         if self._count_statuses:
@@ -617,16 +647,24 @@ class ProcessorRunner:
             pp = self.partitions.pop(p, None)
             if pp is not None:
                 pp.close()
+        self._unclaim(gone)
         self.lag = {tp: n for tp, n in self.lag.items() if tp[1] not in gone}
 
+    def _unclaim(self, partitions: Collection[int]) -> None:
+        """The partitions' stores are closed: the standbys may keep them warm again."""
+        if self.standbys is not None:
+            self.standbys.unclaim(partitions)
+
+    def _partition_path(self, partition: int) -> Path:
+        """A partition's database: the same folder whether this replica owns the partition
+        or keeps a standby copy of it, so a takeover restores from where the copy is."""
+        settings = self.settings
+        return Path(settings.state_dir) / settings.namespace / settings.replica_id / f"p{partition}"
+
     def _open_partition(self, partition: int) -> PartitionProcessor:
-        path = (
-            Path(self.settings.state_dir)
-            / self.settings.namespace
-            / self.settings.replica_id
-            / f"p{partition}"
+        return PartitionProcessor(
+            partition, RocksPartitionStore(self._partition_path(partition)), self.env
         )
-        return PartitionProcessor(partition, RocksPartitionStore(path), self.env)
 
     def _restore(self, opened: dict[int, PartitionProcessor]) -> None:
         """Read every changelog of the new partitions to its committed end (kafka_restore)."""
