@@ -11,8 +11,11 @@ from the signal to that partition's first status record after it (p50 and max ov
 partitions); ``others' longest gap`` is the longest silence between status records on the
 other replica's partitions from the signal on (their load arrives every ``--every-ms``, so
 about that means they never paused). The cases: SIGKILL with liveness (the peer evicts the
-dead replica and fences it), SIGKILL without liveness (the group's 10 s session timeout),
-SIGTERM (the replica leaves the group itself).
+dead replica and fences it), the same with ``standby_replicas = 1`` (the survivor keeps
+warm copies of the other's partitions, and the load starts only once they caught up, as the
+offsets the survivor's copies recorded say), SIGKILL without liveness (the group's
+10 s session timeout), SIGTERM (the replica leaves the group itself). Each row also says how
+many changelog records the survivor restored when it took the partitions over (from its log).
 
     .venv/bin/python benchmarks/failover.py [--instances 20000] [--bootstrap-servers HOST:PORT]
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import re
 import shutil
 import signal
@@ -35,22 +39,27 @@ from typing import Any
 import harness
 from common import emit, git_commit, host_info, median, progress
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+from rocksdict import AccessType, Options, Rdict
 
 from engine.adapters.kafka.config import consumer_config, expected_partition
 from engine.adapters.kafka.io import log_end_offsets
 from engine.client import Client
 from engine.config.settings import Settings
 from engine.config.topics import topic_names
+from engine.services.processor.keys import offset_key
+from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
 
 MODULE = "engine.examples.chain3"
 WORKFLOW = "chain3.inline"
 ASSIGNED = re.compile(r"partitions \[([\d, ]*)\] restored: ")
+RESTORED = re.compile(r"partitions \[[\d, ]*\] restored: (\d+) changelog records")
 
-#: (label, signal, liveness on)
+#: (label, signal, liveness on, standby replicas)
 CASES = (
-    ("SIGKILL, liveness", signal.SIGKILL, True),
-    ("SIGKILL, no liveness", signal.SIGKILL, False),
-    ("SIGTERM", signal.SIGTERM, True),
+    ("SIGKILL, liveness", signal.SIGKILL, True, 0),
+    ("SIGKILL, liveness, standby", signal.SIGKILL, True, 1),
+    ("SIGKILL, no liveness", signal.SIGKILL, False, 0),
+    ("SIGTERM", signal.SIGTERM, True, 0),
 )
 
 
@@ -64,10 +73,60 @@ class Params:
 
 
 def _processor(
-    settings: Settings, work_dir: Path, replica_id: str, liveness: bool
+    settings: Settings, work_dir: Path, replica_id: str, liveness: bool, standbys: int
 ) -> harness.EngineProcess:
-    env = {"TURNSTILE_LIVENESS_INTERVAL_MS": "500" if liveness else "0"}
+    env = {
+        "TURNSTILE_LIVENESS_INTERVAL_MS": "500" if liveness else "0",
+        "TURNSTILE_STANDBY_REPLICAS": str(standbys),
+    }
     return harness.spawn("processor", settings, MODULE, work_dir, replica_id=replica_id, env=env)
+
+
+def _copy_behind(settings: Settings, state: Path, partitions: set[int]) -> dict[str, int]:
+    """Per changelog partition, how far the replica's copy (read-only: no lock, no effect
+    on the replica) is behind the changelog's last record; on a quiet topic the last offset
+    is the last transaction's commit marker, so a copy that is up to date is 1 behind."""
+    topics = topic_names(settings.namespace)
+    pairs = [(topics.state_changelog, STATE_CHANGELOG), (topics.timer_changelog, TIMER_CHANGELOG)]
+    config = consumer_config(settings.bootstrap_servers, f"failover-{time.time_ns()}")
+    wanted = [TopicPartition(t, p) for p in partitions for t, _ in pairs]
+    ends = log_end_offsets(config, wanted)
+    behind = {}
+    for p in partitions:
+        db = Rdict(str(state / f"p{p}"), Options(raw_mode=True), access_type=AccessType.read_only())
+        try:
+            for topic, name in pairs:
+                raw = db.get(offset_key(name))
+                recorded = -1 if raw is None else int(bytes(raw))
+                end = ends[(topic, p)][1]
+                if end:
+                    behind[f"{topic}[{p}]"] = end - 1 - recorded
+        finally:
+            db.close()
+    return behind
+
+
+def _standbys_caught_up(
+    settings: Settings, state: Path, partitions: set[int], timeout: float = 600.0
+) -> None:
+    """Wait until the copies are within the last commit marker of every changelog."""
+    deadline = time.monotonic() + timeout
+    behind: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        try:
+            behind = _copy_behind(settings, state, partitions)
+        except Exception as exc:  # the copy's database is not there yet
+            behind = {f"not readable ({exc})": -1}
+        else:
+            if all(n <= 1 for n in behind.values()):
+                return
+        time.sleep(1.0)
+    raise RuntimeError(f"standby copies of {sorted(partitions)} did not catch up: {behind}")
+
+
+def _restored(proc: harness.EngineProcess) -> list[int]:
+    """Changelog records of each restore the replica logged, in order."""
+    return [int(n) for n in RESTORED.findall(proc.log_path.read_text(errors="replace"))]
 
 
 def _owned(proc: harness.EngineProcess, timeout: float = 120.0) -> set[int]:
@@ -156,19 +215,29 @@ def _gaps(times: dict[int, list[float]], partitions: set[int], t0: float, until:
 
 
 def run_case(
-    broker: harness.Broker, params: Params, label: str, sig: signal.Signals, liveness: bool
+    broker: harness.Broker,
+    params: Params,
+    label: str,
+    sig: signal.Signals,
+    liveness: bool,
+    standbys: int = 0,
 ) -> dict[str, Any]:
     namespace = harness.fresh_namespace("failover")
     settings = harness.create_topics(broker.bootstrap, namespace, params.partitions)
     work_dir = Path(tempfile.mkdtemp(prefix="turnstile-bench-failover-"))
-    procs = [_processor(settings, work_dir, f"processor-{r}", liveness) for r in (0, 1)]
-    victim = procs[1]
+    procs = [_processor(settings, work_dir, f"processor-{r}", liveness, standbys) for r in (0, 1)]
+    survivor, victim = procs
     rounds = int((params.before_s + params.after_s) * 1000 / params.every_ms) + 1
     ids = _ids_per_partition(params.partitions, rounds)
     try:
         with Client(settings=settings, timeout=60) as client:
             _prefill(client, params.instances)
             victims = _owned(victim)
+            if standbys:
+                progress(f"{label}: waiting for the standby copies of {sorted(victims)}")
+                state = work_dir / "state" / settings.namespace / "processor-0"
+                _standbys_caught_up(settings, state, victims)
+            restores_before = len(_restored(survivor))
             stop = threading.Event()
             last: list[str] = []
             loader = threading.Thread(
@@ -186,6 +255,7 @@ def run_case(
             for instance in last:
                 client.wait_for_completion(instance, timeout=120)
         times = _status_times(settings)
+        takeover_records = sum(_restored(survivor)[restores_before:])
     finally:
         for proc in procs:
             proc.stop()
@@ -201,10 +271,12 @@ def run_case(
         "params": asdict(params),
         "host": host_info(),
         "commit": git_commit(),
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
         "resumed_p50_s": round(median(resumed), 3),
         "resumed_max_s": round(max(resumed), 3),
         "others_longest_gap_s": round(_gaps(times, others, t0, t0 + params.after_s), 3),
         "others_gap_before_s": round(_gaps(times, others, t0 - params.before_s + 1, t0), 3),
+        "takeover_restored_records": takeover_records,
     }
     emit(result)
     return result
@@ -216,13 +288,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instances", type=int, default=Params.instances)
     parser.add_argument("--partitions", type=int, default=Params.partitions)
     parser.add_argument("--no-results-md", action="store_true", help="do not touch RESULTS.md")
+    parser.add_argument(
+        "--case", action="append", choices=[c[0] for c in CASES], help="only this case (repeat)"
+    )
     args = parser.parse_args(argv)
     params = Params(instances=args.instances, partitions=args.partitions)
     import results_md
 
     with harness.kafka(args.bootstrap_servers) as broker:
-        for label, sig, liveness in CASES:
-            result = run_case(broker, params, label, sig, liveness)
+        for label, sig, liveness, standbys in CASES:
+            if args.case and label not in args.case:
+                continue
+            result = run_case(broker, params, label, sig, liveness, standbys)
             if not args.no_results_md:
                 results_md.add_failover(result)
     return 0

@@ -205,10 +205,12 @@ def add_failover(result: dict[str, Any]) -> None:
         _date(result),
         result["commit"],
         _machine(result["host"]),
+        " / ".join(str(x) for x in result["load_avg"]),
         result["case"],
         _params(result["params"], ("instances", "partitions", "every_ms")),
         f"{result['resumed_p50_s']} / {result['resumed_max_s']}",
         f"{result['others_longest_gap_s']} ({result['others_gap_before_s']})",
+        result["takeover_restored_records"],
     ]
     _add("failover", cells)
 

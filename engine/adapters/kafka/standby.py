@@ -63,6 +63,8 @@ class _Copy:
     next: dict[str, int] = field(default_factory=dict)
     #: The end each changelog had when the copy was opened: the lag until a fetch tells more.
     ends: dict[str, int] = field(default_factory=dict)
+    #: Reached the committed end once since it was opened (logged once).
+    caught_up: bool = False
 
 
 class Standbys:
@@ -262,4 +264,7 @@ class Standbys:
                     at = max(copy.next[topic], positions.get((topic, p), -1))
                     behind += max(end - at, 0)
                 lag[p] = behind
+                if not behind and not copy.caught_up:
+                    copy.caught_up = True
+                    log.info("standby copy of partition %d caught up", p)
             self.lag = lag
