@@ -289,9 +289,9 @@ class ProcessorRunner:
                 else:
                     self._recovery.succeeded(self.progress.transactions + self.progress.restores)
         finally:
-            self.close()
-            if self.standbys is not None:
+            if self.standbys is not None:  # first: closing revokes, which would reopen copies
                 self.standbys.stop()
+            self.close()
             if watch is not None:
                 watch.stop(left=True)
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from engine.adapters.kafka.config import consumer_config
 from engine.adapters.kafka.io import log_end_offsets
@@ -127,11 +127,6 @@ class Standbys:
         with self._lock:
             self._claimed.difference_update(partitions)
 
-    @property
-    def partitions(self) -> list[int]:
-        """The partitions this replica keeps warm copies of now."""
-        return sorted(self._copies)
-
     # --- the thread -------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -146,13 +141,13 @@ class Standbys:
         chosen_at = 0.0
         try:
             while not self._stop.is_set():
-                if time.monotonic() - chosen_at >= CHOOSE_EVERY_S:
-                    chosen_at = time.monotonic()
-                    self._choose(consumer)
                 try:
+                    if time.monotonic() - chosen_at >= CHOOSE_EVERY_S:
+                        chosen_at = time.monotonic()
+                        self._choose(consumer)
                     messages = consumer.consume(_CONSUME_MAX, _POLL_S)
-                except KafkaException as exc:  # a copy only lags; the restore still completes it
-                    log.warning("standbys: reading the changelogs failed: %s", exc)
+                except Exception as exc:  # a copy only lags; a takeover's restore completes it
+                    log.warning("standbys: %s (tried again in a second)", exc)
                     self._stop.wait(1.0)
                     continue
                 self._apply(messages)
