@@ -204,6 +204,8 @@ class ProcessorRunner:
             settings.processor_group,
             producer=self._producer_config(),
             admin=admin_config(settings.bootstrap_servers) | settings.extra_kafka,
+            offsets=consumer_config(settings.bootstrap_servers, settings.processor_group)
+            | settings.extra_kafka,
         )
 
     def _new_consumer(self) -> Consumer:
