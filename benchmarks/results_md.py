@@ -645,6 +645,14 @@ READINGS: tuple[Reading, ...] = (
         lambda r: f"{r['values']['resumed s: p50 / max']} s (p50 / max over its partitions)",
     ),
     Reading(
+        "failover", "failover with a standby replica: SIGKILL to the partitions' next turn",
+        lambda r: r["values"].get("case") == "SIGKILL, liveness, standby",
+        lambda r: (
+            f"{r['values']['resumed s: p50 / max']} s (p50 / max); the takeover restored "
+            f"{r['values']['changelog records the takeover restored']} changelog records"
+        ),
+    ),
+    Reading(
         "fanout", "fan-out of 1,000 activities", lambda r: True,
         lambda r: f"{r['values']['wall s (median)']} s, {r['values']['activities/s']} activities/s",
     ),
