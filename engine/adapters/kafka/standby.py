@@ -115,17 +115,21 @@ class Standbys:
         """The processor takes ``partitions``: close their copies now (their databases are
         then the processor's to open, already up to date)."""
         with self._lock:
-            for p in partitions:
-                self._claimed.add(p)
-                copy = self._copies.pop(p, None)
-                if copy is not None:
-                    copy.tables.store.close()
-                    self.lag.pop(p, None)
+            self._claimed.update(partitions)
+            self._drop(partitions)
 
     def unclaim(self, partitions: Iterable[int]) -> None:
         """The processor closed ``partitions``' stores: they may be stood by for again."""
         with self._lock:
             self._claimed.difference_update(partitions)
+
+    def _drop(self, partitions: Iterable[int]) -> None:
+        """Close the copies of ``partitions`` (the lock held)."""
+        for p in partitions:
+            copy = self._copies.pop(p, None)
+            if copy is not None:
+                copy.tables.store.close()
+                self.lag.pop(p, None)
 
     # --- the thread -------------------------------------------------------------------------
 
@@ -165,10 +169,7 @@ class Standbys:
         )
         with self._lock:
             wanted -= self._claimed
-            dropped = [p for p in self._copies if p not in wanted]
-            for p in dropped:
-                self._copies.pop(p).tables.store.close()
-                self.lag.pop(p, None)
+            self._drop([p for p in self._copies if p not in wanted])
             added = sorted(wanted - set(self._copies))
         gone = [tp for tp in consumer.assignment() if tp.partition not in self._copies]
         if gone:
@@ -179,20 +180,31 @@ class Standbys:
     def _open(self, consumer: Consumer, partitions: list[int]) -> None:
         wanted = [TopicPartition(t, p) for p in partitions for t in self._changelogs]
         bounds = log_end_offsets(self._config, wanted)
-        assign = []
+        opened: dict[int, _Copy] = {}
         with self._lock:
-            for p in partitions:
-                if p in self._claimed:  # the processor took it meanwhile
-                    continue
-                copy = self._open_copy(p, bounds)
-                self._copies[p] = copy
-                assign += [
-                    TopicPartition(t, p, copy.next[t] if copy.next[t] else OFFSET_BEGINNING)
-                    for t in self._changelogs
-                ]
-        if assign:
+            try:
+                for p in partitions:
+                    if p not in self._claimed:  # else the processor took it meanwhile
+                        opened[p] = self._open_copy(p, bounds)
+            except BaseException:
+                for copy in opened.values():
+                    copy.tables.store.close()
+                raise
+            self._copies.update(opened)
+        assign = [
+            TopicPartition(t, p, copy.next[t] if copy.next[t] else OFFSET_BEGINNING)
+            for p, copy in opened.items()
+            for t in self._changelogs
+        ]
+        if not assign:
+            return
+        try:
             consumer.incremental_assign(assign)
-            log.info("standing by for partitions %s", sorted({tp.partition for tp in assign}))
+        except BaseException:  # not read, so not kept: the next choice opens them again
+            with self._lock:
+                self._drop(opened)
+            raise
+        log.info("standing by for partitions %s", sorted(opened))
 
     def _open_copy(self, p: int, bounds: dict[tuple[str, int], tuple[int, int]]) -> _Copy:
         """Open partition ``p``'s database and say where each changelog resumes. A copy older
