@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 import socket
+import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -222,3 +224,82 @@ def _assert_copies_match_a_cold_restore(engine: RunningEngine, replica: str, col
         warm, fresh = rows
         assert warm.keys() == fresh.keys(), (replica, p, warm.keys() ^ fresh.keys())
         assert warm == fresh, (replica, p)
+
+
+KILLS = 3
+
+
+@pytest.mark.slow
+def test_standbys_through_repeated_kills_and_restarts_under_load(
+    kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each replica in turn is SIGKILLed under load and restarted, so copies open, are
+    claimed, handed back and reopened across eager rebalances; every workflow completes
+    once and every copy, brought to the end, equals a cold restore."""
+    monkeypatch.setenv("TURNSTILE_STANDBY_REPLICAS", "1")
+    with running_engine(
+        kafka_bootstrap, partitions=PARTITIONS, replicas=0, in_process=False, state_dir=tmp_path
+    ) as engine:
+        _start_replicas(engine)
+        handles = {r: engine.processors[r] for r in REPLICAS}
+        for h in handles.values():
+            assert isinstance(h, EngineProcess)
+            h.wait_for_log(" restored: ", 120)
+        client = engine.client
+        expected: dict[str, int] = {}
+        stop = threading.Event()
+
+        def load() -> None:
+            n = 0
+            while not stop.is_set():
+                for _ in range(10):
+                    spec = {"sleep": 0.3 + (n % 7) / 5, "x": n}
+                    expected[client.start("t.timer_inline", spec, flush=False)] = 2 * n
+                    n += 1
+                client.flush()
+                time.sleep(0.2)
+
+        loader = threading.Thread(target=load, daemon=True)
+        loader.start()
+        try:
+            for round_ in range(KILLS):
+                victim = handles[REPLICAS[round_ % len(REPLICAS)]]
+                assert isinstance(victim, EngineProcess)
+                target = len(expected) + 100
+                wait_until(lambda t=target: len(expected) >= t, 120, what="load")
+                _kill_and_restart(victim, [h for h in handles.values() if h is not victim])
+        finally:
+            stop.set()
+            loader.join()
+        for instance, value in list(expected.items()):
+            state = engine.wait_for_completion(instance, 240)
+            assert state.output == value, (state.failure, engine.logs())
+        records = engine.history_records()
+        problems = [p for i in expected for p in history_problems(i, records[i])]
+        assert not problems, "\n".join(problems[:20])
+        for h in handles.values():
+            assert h.stop() == 0
+        cli = ["--bootstrap-servers", engine.bootstrap, "--namespace", engine.namespace, "--quiet"]
+        assert main(["history", "verify", "--all", *cli]) == 0
+        assert main(["audit", "state", *cli]) == 0
+        for r in REPLICAS:
+            _assert_copies_match_a_cold_restore(engine, r, tmp_path / "cold" / r)
+
+
+def _restores(handle: object) -> int:
+    assert isinstance(handle, EngineProcess)
+    return handle.current_log().count(" restored: ")
+
+
+def _kill_and_restart(victim: EngineProcess, others: list[object]) -> None:
+    """SIGKILL ``victim``, wait until a peer took partitions over, start it again and wait
+    until it has its partitions back."""
+    counts = [_restores(h) for h in others]
+    victim.kill()
+    wait_until(
+        lambda: any(_restores(h) > c for h, c in zip(others, counts, strict=True)),
+        120,
+        what="a takeover",
+    )
+    victim.start()
+    victim.wait_for_log(" restored: ", 120)
