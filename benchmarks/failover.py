@@ -11,9 +11,13 @@ from the signal to that partition's first status record after it (p50 and max ov
 partitions); ``others' longest gap`` is the longest silence between status records on the
 other replica's partitions from the signal on (their load arrives every ``--every-ms``, so
 about that means they never paused). The cases: SIGKILL with liveness (the peer evicts the
-dead replica and fences it), SIGKILL without liveness (the group's 10 s session timeout),
-SIGTERM (the replica leaves the group itself), and SIGKILL and SIGTERM under the consumer
-group protocol (KIP-848: the broker moves only the partitions that change owner).
+dead replica and fences it), the same with ``standby_replicas = 1`` (the survivor keeps
+warm copies of the other's partitions, and the load starts only once they caught up, as the
+offsets the survivor's copies recorded say), SIGKILL without liveness (the group's
+10 s session timeout), SIGTERM (the replica leaves the group itself), and SIGKILL and
+SIGTERM under the consumer group protocol (KIP-848: the broker moves only the partitions
+that change owner). Each row also says how
+many changelog records the survivor restored when it took the partitions over (from its log).
 
     .venv/bin/python benchmarks/failover.py [--instances 20000] [--bootstrap-servers HOST:PORT]
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import re
 import shutil
 import signal
@@ -36,24 +41,30 @@ from typing import Any
 import harness
 from common import emit, git_commit, host_info, median, progress
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+from rocksdict import AccessType, Options, Rdict
 
 from engine.adapters.kafka.config import consumer_config, expected_partition
 from engine.adapters.kafka.io import log_end_offsets
 from engine.client import Client
 from engine.config.settings import Settings
 from engine.config.topics import topic_names
+from engine.services.processor.keys import offset_key
+from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
 
 MODULE = "engine.examples.chain3"
 WORKFLOW = "chain3.inline"
 MOVED = re.compile(r"partitions \[([\d, ]*)\] (restored|revoked)")
+RESTORED = re.compile(r"partitions \[[\d, ]*\] restored: (\d+) changelog records")
 
 LIVENESS = {"TURNSTILE_LIVENESS_INTERVAL_MS": "500"}
+STANDBY = LIVENESS | {"TURNSTILE_STANDBY_REPLICAS": "1"}
 NO_LIVENESS = {"TURNSTILE_LIVENESS_INTERVAL_MS": "0"}
 CONSUMER_PROTOCOL = {"TURNSTILE_GROUP_PROTOCOL": "consumer"}
 
 #: (label, signal, the replicas' environment)
 CASES = (
     ("SIGKILL, liveness", signal.SIGKILL, LIVENESS),
+    ("SIGKILL, liveness, standby", signal.SIGKILL, STANDBY),
     ("SIGKILL, no liveness", signal.SIGKILL, NO_LIVENESS),
     ("SIGTERM", signal.SIGTERM, LIVENESS),
     ("SIGKILL, consumer protocol", signal.SIGKILL, CONSUMER_PROTOCOL),
@@ -74,6 +85,53 @@ def _processor(
     settings: Settings, work_dir: Path, replica_id: str, env: dict[str, str]
 ) -> harness.EngineProcess:
     return harness.spawn("processor", settings, MODULE, work_dir, replica_id=replica_id, env=env)
+
+
+def _copy_behind(settings: Settings, state: Path, partitions: set[int]) -> dict[str, int]:
+    """Per changelog partition, how far the replica's copy (read-only: no lock, no effect
+    on the replica) is behind the changelog's last record; on a quiet topic the last offset
+    is the last transaction's commit marker, so a copy that is up to date is 1 behind."""
+    topics = topic_names(settings.namespace)
+    pairs = [(topics.state_changelog, STATE_CHANGELOG), (topics.timer_changelog, TIMER_CHANGELOG)]
+    config = consumer_config(settings.bootstrap_servers, f"failover-{time.time_ns()}")
+    wanted = [TopicPartition(t, p) for p in partitions for t, _ in pairs]
+    ends = log_end_offsets(config, wanted)
+    behind = {}
+    for p in partitions:
+        db = Rdict(str(state / f"p{p}"), Options(raw_mode=True), access_type=AccessType.read_only())
+        try:
+            for topic, name in pairs:
+                raw = db.get(offset_key(name))
+                recorded = -1 if raw is None else int(bytes(raw))
+                end = ends[(topic, p)][1]
+                if end:
+                    behind[f"{topic}[{p}]"] = end - 1 - recorded
+        finally:
+            db.close()
+    return behind
+
+
+def _standbys_caught_up(
+    settings: Settings, state: Path, partitions: set[int], timeout: float = 600.0
+) -> None:
+    """Wait until the copies are within the last commit marker of every changelog."""
+    deadline = time.monotonic() + timeout
+    behind: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        try:
+            behind = _copy_behind(settings, state, partitions)
+        except Exception as exc:  # the copy's database is not there yet
+            behind = {f"not readable ({exc})": -1}
+        else:
+            if all(n <= 1 for n in behind.values()):
+                return
+        time.sleep(1.0)
+    raise RuntimeError(f"standby copies of {sorted(partitions)} did not catch up: {behind}")
+
+
+def _restored(proc: harness.EngineProcess) -> list[int]:
+    """Changelog records of each restore the replica logged, in order."""
+    return [int(n) for n in RESTORED.findall(proc.log_path.read_text(errors="replace"))]
 
 
 def _owned(proc: harness.EngineProcess, timeout: float = 120.0) -> set[int]:
@@ -166,19 +224,28 @@ def _gaps(times: dict[int, list[float]], partitions: set[int], t0: float, until:
 
 
 def run_case(
-    broker: harness.Broker, params: Params, label: str, sig: signal.Signals, env: dict[str, str]
+    broker: harness.Broker,
+    params: Params,
+    label: str,
+    sig: signal.Signals,
+    env: dict[str, str],
 ) -> dict[str, Any]:
     namespace = harness.fresh_namespace("failover")
     settings = harness.create_topics(broker.bootstrap, namespace, params.partitions)
     work_dir = Path(tempfile.mkdtemp(prefix="turnstile-bench-failover-"))
     procs = [_processor(settings, work_dir, f"processor-{r}", env) for r in (0, 1)]
-    victim = procs[1]
+    survivor, victim = procs
     rounds = int((params.before_s + params.after_s) * 1000 / params.every_ms) + 1
     ids = _ids_per_partition(params.partitions, rounds)
     try:
         with Client(settings=settings, timeout=60) as client:
             _prefill(client, params.instances)
             victims = _owned(victim)
+            if "TURNSTILE_STANDBY_REPLICAS" in env:
+                progress(f"{label}: waiting for the standby copies of {sorted(victims)}")
+                state = work_dir / "state" / settings.namespace / "processor-0"
+                _standbys_caught_up(settings, state, victims)
+            restores_before = len(_restored(survivor))
             stop = threading.Event()
             last: list[str] = []
             loader = threading.Thread(
@@ -196,6 +263,7 @@ def run_case(
             for instance in last:
                 client.wait_for_completion(instance, timeout=120)
         times = _status_times(settings)
+        takeover_records = sum(_restored(survivor)[restores_before:])
     finally:
         for proc in procs:
             proc.stop()
@@ -211,10 +279,12 @@ def run_case(
         "params": asdict(params),
         "host": host_info(),
         "commit": git_commit(),
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
         "resumed_p50_s": round(median(resumed), 3),
         "resumed_max_s": round(max(resumed), 3),
         "others_longest_gap_s": round(_gaps(times, others, t0, t0 + params.after_s), 3),
         "others_gap_before_s": round(_gaps(times, others, t0 - params.before_s + 1, t0), 3),
+        "takeover_restored_records": takeover_records,
     }
     emit(result)
     return result
@@ -227,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=Params.partitions)
     parser.add_argument("--no-results-md", action="store_true", help="do not touch RESULTS.md")
     parser.add_argument(
-        "--case", action="append", help="run only the cases whose label contains this"
+        "--case", action="append", choices=[c[0] for c in CASES], help="only this case (repeat)"
     )
     args = parser.parse_args(argv)
     params = Params(instances=args.instances, partitions=args.partitions)
@@ -235,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with harness.kafka(args.bootstrap_servers) as broker:
         for label, sig, env in CASES:
-            if args.case and not any(c.lower() in label.lower() for c in args.case):
+            if args.case and label not in args.case:
                 continue
             result = run_case(broker, params, label, sig, env)
             if not args.no_results_md:

@@ -74,8 +74,9 @@ COLUMNS: dict[str, list[str]] = {
         "clean-stop handover s",
     ],
     "failover": [
-        "date (UTC)", "commit", "machine", "case", "params", "resumed s: p50 / max",
+        "date (UTC)", "commit", "machine", "load avg", "case", "params", "resumed s: p50 / max",
         "other replica's longest gap s (before: load alone)",
+        "changelog records the takeover restored",
     ],
     "cluster-faults": [
         "date (UTC)", "commit", "SIGKILL the busiest leader s", "restart it s",

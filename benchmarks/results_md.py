@@ -205,10 +205,12 @@ def add_failover(result: dict[str, Any]) -> None:
         _date(result),
         result["commit"],
         _machine(result["host"]),
+        " / ".join(str(x) for x in result["load_avg"]),
         result["case"],
         _params(result["params"], ("instances", "partitions", "every_ms")),
         f"{result['resumed_p50_s']} / {result['resumed_max_s']}",
         f"{result['others_longest_gap_s']} ({result['others_gap_before_s']})",
+        result["takeover_restored_records"],
     ]
     _add("failover", cells)
 
@@ -658,6 +660,14 @@ READINGS: tuple[Reading, ...] = (
         "failover", "failover: SIGKILL of a replica to its partitions' next turn",
         lambda r: r["values"].get("case") == "SIGKILL, liveness",
         lambda r: f"{r['values']['resumed s: p50 / max']} s (p50 / max over its partitions)",
+    ),
+    Reading(
+        "failover", "failover with a standby replica: SIGKILL to the partitions' next turn",
+        lambda r: r["values"].get("case") == "SIGKILL, liveness, standby",
+        lambda r: (
+            f"{r['values']['resumed s: p50 / max']} s (p50 / max); the takeover restored "
+            f"{r['values']['changelog records the takeover restored']} changelog records"
+        ),
     ),
     Reading(
         "fanout", "fan-out of 1,000 activities", lambda r: True,

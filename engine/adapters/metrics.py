@@ -85,6 +85,10 @@ class Replica(Protocol):
     def lag(self) -> dict[tuple[str, int], int]: ...
     @property
     def ready(self) -> bool: ...
+    @property
+    def standby_lag(self) -> dict[int, int]: ...
+    @property
+    def standby_applied(self) -> int: ...
 
 
 class ProcessorMetrics:
@@ -181,9 +185,29 @@ class _ReplicaCollector(Collector):
         if runner is None:  # the families exist (with no samples) before a runner does
             yield from _progress_families(Progress())
             yield from _partition_families([], {})
+            yield from _standby_families({}, 0)
             return
         yield from _progress_families(runner.progress)
         yield from _partition_families(sorted(dict(runner.partitions).items()), dict(runner.lag))
+        yield from _standby_families(dict(runner.standby_lag), runner.standby_applied)
+
+
+def _standby_families(lags: dict[int, int], applied: int) -> Iterator[Metric]:
+    """The warm copies this replica keeps (``standby_replicas``): how far behind each is."""
+    lag = GaugeMetricFamily(
+        "turnstile_standby_lag_records",
+        "Changelog offsets a standby copy of a partition is behind the committed end",
+        labels=["partition"],
+    )
+    for p, n in sorted(lags.items()):
+        lag.add_metric([str(p)], n)
+    yield lag
+    yield GaugeMetricFamily(
+        "turnstile_standby_partitions", "Partitions this replica keeps standby copies of", len(lags)
+    )
+    yield CounterMetricFamily(
+        "turnstile_standby_records_applied", "Changelog records applied to standby copies", applied
+    )
 
 
 #: The labelled counters of :class:`Progress`: metric name, help, labels, Progress field.

@@ -92,6 +92,13 @@ class Settings:
     #: ``consumer`` replicas join as dynamic members without liveness eviction, so a crashed
     #: replica's partitions move after the group's broker-side session timeout.
     group_protocol: str = CLASSIC_GROUP_PROTOCOL
+    #: Warm copies each partition has besides its owner's (like Kafka Streams'
+    #: ``num.standby.replicas``): a replica tails the changelogs of the partitions it would
+    #: take over if a peer died into its local RocksDB, so a takeover replays only the last
+    #: few records instead of restoring the whole table. Costs each standby one changelog
+    #: reader, the disk of the copies and the CPU of applying them. Needs liveness and static
+    #: membership (the live peers decide who stands by for what).
+    standby_replicas: int = 0
     modules: tuple[str, ...] = ()
     #: librdkafka settings added to every Kafka client (security, tuning): ``[kafka]`` in
     #: the TOML file, ``--kafka KEY=VALUE`` flags, or ``TURNSTILE_EXTRA_KAFKA``.
@@ -435,6 +442,7 @@ _CHECKS: dict[str, Callable[[str, Any], str | None]] = {
         if value in GROUP_PROTOCOLS
         else f"{name}={value!r} is not a group protocol; use one of {', '.join(GROUP_PROTOCOLS)}"
     ),
+    "standby_replicas": _not_negative,
     "worker_concurrency": _positive,
     "worker_id": _not_empty,
     "connect_timeout_ms": _positive,
@@ -467,14 +475,7 @@ def _validate(settings: Settings) -> None:
                 f"{problem} (setting {name}: --{name.replace('_', '-')} or {env_name(name)})"
             )
     settings.limits  # noqa: B018 - raises ConfigurationError when the limits do not fit
-    if settings.liveness_interval_ms and (
-        settings.liveness_timeout_ms < 2 * settings.liveness_interval_ms
-    ):
-        raise ConfigurationError(
-            f"liveness_timeout_ms={settings.liveness_timeout_ms} must be at least twice "
-            f"liveness_interval_ms={settings.liveness_interval_ms}: one late record must not "
-            f"get a replica evicted; raise the timeout or lower the interval"
-        )
+    _check_failover(settings)
     if settings.parked_events_max_bytes > settings.max_record_bytes // 2:
         raise ConfigurationError(
             f"parked_events_max_bytes={settings.parked_events_max_bytes} must be at most half "
@@ -487,6 +488,34 @@ def _validate(settings: Settings) -> None:
         raise ConfigurationError(
             "wire_format = confluent needs a Schema Registry: set schema_registry_url "
             "(in the config file or TURNSTILE_SCHEMA_REGISTRY_URL), or use single-object"
+        )
+
+
+def _check_failover(settings: Settings) -> None:
+    """Liveness and standby settings that only make sense together."""
+    if settings.liveness_interval_ms and (
+        settings.liveness_timeout_ms < 2 * settings.liveness_interval_ms
+    ):
+        raise ConfigurationError(
+            f"liveness_timeout_ms={settings.liveness_timeout_ms} must be at least twice "
+            f"liveness_interval_ms={settings.liveness_interval_ms}: one late record must not "
+            f"get a replica evicted; raise the timeout or lower the interval"
+        )
+    if settings.standby_replicas and not (
+        settings.liveness_interval_ms and settings.static_membership
+    ):
+        raise ConfigurationError(
+            f"standby_replicas={settings.standby_replicas} needs liveness records "
+            f"(liveness_interval_ms > 0) and static membership (static_membership = true): "
+            f"the live peers decide which partitions a replica stands by for; turn them on "
+            f"or set standby_replicas = 0"
+        )
+    if settings.standby_replicas and settings.group_protocol != CLASSIC_GROUP_PROTOCOL:
+        raise ConfigurationError(
+            f"standby_replicas={settings.standby_replicas} needs group_protocol = "
+            f"{CLASSIC_GROUP_PROTOCOL!r}: a replica stands by for the partitions the classic "
+            f"range assignor would give it, which the broker's assignor of the "
+            f"{settings.group_protocol!r} protocol does not follow; choose one of the two"
         )
 
 

@@ -33,10 +33,16 @@ LATE = 8
 
 
 def _zombie(
-    bootstrap: str, *topics: str, partitions: int = PARTITIONS, transactional_id: str = ""
+    bootstrap: str,
+    *topics: str,
+    partitions: int = PARTITIONS,
+    transactional_id: str = "",
+    offsets_of: tuple[str, str] | None = None,
 ) -> Producer:
     """A transactional producer that leaves a transaction open on every partition of
-    ``topics`` (changelogs), under ``transactional_id`` or a fresh one."""
+    ``topics`` (changelogs), under ``transactional_id`` or a fresh one; with ``offsets_of``
+    (group, input topic) the transaction also holds that group's offsets of the input's
+    partitions, as a replica killed between sending its offsets and committing leaves it."""
     config = producer_config(bootstrap, client_id="zombie")
     config.update(
         {
@@ -51,6 +57,18 @@ def _zombie(
         for p in range(partitions):
             zombie.produce(topic, key=keys.meta_key("never-committed"), value=b"stale", partition=p)
     assert zombie.flush(30) == 0
+    if offsets_of is not None:
+        group, topic = offsets_of
+        reader = Consumer(consumer_config(bootstrap, group))
+        try:
+            wanted = [TopicPartition(topic, p) for p in range(partitions)]
+            at = [
+                TopicPartition(t.topic, t.partition, max(t.offset, 0))
+                for t in reader.committed(wanted, timeout=30)
+            ]
+            zombie.send_offsets_to_transaction(at, reader.consumer_group_metadata(), 30)
+        finally:
+            reader.close()
     return zombie
 
 
@@ -133,13 +151,16 @@ def test_a_replica_does_not_restore_short_of_an_open_transaction(
         assert main(["audit", "state", *replica, *cli]) == 0
 
 
+@pytest.mark.parametrize("with_offsets", [False, True], ids=["records", "records-and-offsets"])
 def test_a_replica_fences_the_open_transaction_of_an_owner_that_left(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path, with_offsets: bool
 ) -> None:
     """The dead replica's own transactional id holds a transaction open (what a SIGKILL in
     the middle of a batch leaves, here for five minutes): the replica that takes its
     partitions over finds it named in the committed offsets, sees it gone from the group and
-    fences it, so the restore goes on at once instead of waiting for the timeout."""
+    fences it, so the restore goes on at once instead of waiting for the timeout. With the
+    group's offsets in the open transaction too (killed after sending them), a read of the
+    committed offsets that asks for stable ones would wait for that transaction to end."""
     with running_engine(
         kafka_bootstrap, partitions=PARTITIONS, in_process=False, state_dir=tmp_path
     ) as engine:
@@ -152,7 +173,13 @@ def test_a_replica_fences_the_open_transaction_of_an_owner_that_left(
             wait_until(lambda i=instance: _running(engine, i), 60, what=f"{instance} to run")
         old.kill()
         dead = f"{engine.namespace}.processor.processor-0"
-        zombie = _zombie(engine.bootstrap, changelog, transactional_id=dead)
+        offsets_of = (engine.settings.processor_group, engine.topics.commands)
+        zombie = _zombie(
+            engine.bootstrap,
+            changelog,
+            transactional_id=dead,
+            offsets_of=offsets_of if with_offsets else None,
+        )
         assert all(stable < end for stable, end in _stable_and_end(engine.bootstrap, changelog))
 
         new = engine.start_processor("processor-1")
@@ -167,6 +194,7 @@ def test_a_replica_fences_the_open_transaction_of_an_owner_that_left(
         log = new.current_log()
         assert f"fenced {dead}" in log, log[-3000:]
         assert "waits for an open transaction" not in log, log[-3000:]
+        assert "could not tell whether" not in log, log[-3000:]
         with pytest.raises(KafkaException) as fenced:
             zombie.commit_transaction(30)
         assert fenced.value.args[0].code() in _FENCED, fenced.value

@@ -132,3 +132,12 @@ def test_bad_bootstrap_servers(value: str, problem: str) -> None:
 )
 def test_good_bootstrap_servers(value: str) -> None:
     assert bootstrap_servers_problem(value) is None
+
+
+def test_standby_replicas_need_liveness_and_static_membership() -> None:
+    assert load_settings(env={"TURNSTILE_STANDBY_REPLICAS": "1"}).standby_replicas == 1
+    for off in ({"TURNSTILE_LIVENESS_INTERVAL_MS": "0"}, {"TURNSTILE_STATIC_MEMBERSHIP": "false"}):
+        with pytest.raises(ConfigurationError, match="set standby_replicas = 0"):
+            load_settings(env={"TURNSTILE_STANDBY_REPLICAS": "1", **off})
+    with pytest.raises(ConfigurationError, match="standby_replicas"):
+        load_settings(env={"TURNSTILE_STANDBY_REPLICAS": "-1"})

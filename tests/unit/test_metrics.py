@@ -69,6 +69,8 @@ class Replica:
     partitions: dict[int, PartitionProcessor] = field(default_factory=dict)
     lag: dict[tuple[str, int], int] = field(default_factory=dict)
     ready: bool = False
+    standby_lag: dict[int, int] = field(default_factory=dict)
+    standby_applied: int = 0
 
 
 def _batch(m: ProcessorMetrics, records: int, produced: int, *, commit: bool = True) -> None:
@@ -161,6 +163,20 @@ def test_a_scrape_reads_the_replicas_totals_partitions_and_lag() -> None:
     replica.partitions[3].count_statuses()
     assert _get(r, "turnstile_instances", partition="3", status="RUNNING") == 1
     assert _get(r, "turnstile_instances", partition="3", status="FAILED") == 0
+
+
+def test_a_scrape_reads_the_standby_copies_lag() -> None:
+    m = ProcessorMetrics()
+    r = m.registry
+    assert _get(r, "turnstile_standby_partitions") == 0
+    replica = Replica()
+    m.watch(replica)
+    replica.standby_lag.update({1: 0, 5: 12})
+    replica.standby_applied = 40
+    assert _get(r, "turnstile_standby_lag_records", partition="5") == 12
+    assert _get(r, "turnstile_standby_lag_records", partition="1") == 0
+    assert _get(r, "turnstile_standby_partitions") == 2
+    assert _get(r, "turnstile_standby_records_applied_total") == 40
 
 
 def test_readiness_waits_for_the_first_restored_assignment() -> None:

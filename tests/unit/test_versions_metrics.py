@@ -29,6 +29,8 @@ class Replica:
     partitions: dict[int, PartitionProcessor] = field(default_factory=dict)
     lag: dict[tuple[str, int], int] = field(default_factory=dict)
     ready: bool = True
+    standby_lag: dict[int, int] = field(default_factory=dict)
+    standby_applied: int = 0
 
 
 def _gauge(registry: CollectorRegistry, name: str, version: str) -> float | None:

@@ -74,14 +74,19 @@ class Fencing:
     group_id: str
     producer: KafkaConfig
     admin: KafkaConfig
+    #: A consumer of the group that reads its committed offsets as read_uncommitted: a
+    #: read_committed consumer asks for *stable* offsets (KIP-447), which the broker refuses
+    #: while the departed owner's open transaction holds offsets for the partitions, and
+    #: librdkafka retries until its timeout - the very wait fencing is there to cut short.
+    #: The last committed offsets name their owner all the same. None: ask ``consumer``.
+    offsets: KafkaConfig | None = None
     timeout_s: float = 10.0
 
     def departed(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> set[str]:
         """Transactional ids that last committed ``partitions`` and are gone from the
         group (empty when that cannot be told)."""
         try:
-            committed = consumer.committed(list(partitions), timeout=self.timeout_s)
-            found = owners(committed)
+            found = owners(self._committed(consumer, partitions))
             found.pop(self.transactional_id, None)
             if not found:
                 return set()
@@ -92,6 +97,17 @@ class Fencing:
             log.warning("could not tell whether the partitions' last owner is gone: %s", exc)
             return set()
         return {owner for owner, member in found.items() if member not in members}
+
+    def _committed(
+        self, consumer: Consumer, partitions: Sequence[TopicPartition]
+    ) -> list[TopicPartition]:
+        if self.offsets is None:
+            return list(consumer.committed(list(partitions), timeout=self.timeout_s))
+        probe = Consumer(self.offsets | {"isolation.level": "read_uncommitted"})
+        try:
+            return list(probe.committed(list(partitions), timeout=self.timeout_s))
+        finally:
+            probe.close()
 
     def fence(self, transactional_id: str) -> bool:
         """Abort whatever ``transactional_id`` left open and fence it; whether that worked."""

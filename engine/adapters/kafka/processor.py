@@ -29,8 +29,9 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,7 @@ from engine.adapters.kafka.liveness import LivenessWatch
 from engine.adapters.kafka.payloads import payload_store
 from engine.adapters.kafka.recovery import Recovery
 from engine.adapters.kafka.restore import RestoreReport, restore_tables
+from engine.adapters.kafka.standby import Standbys
 from engine.adapters.kafka.takeover import Takeover
 from engine.adapters.rocks_store import RocksPartitionStore
 from engine.adapters.schema_registry import connect_schema_registry
@@ -192,6 +194,8 @@ class ProcessorRunner:
         #: New partitions being fenced and restored beside the work (kafka.takeover).
         self._takeovers: list[Takeover[PartitionProcessor]] = []
         self._stop: threading.Event | None = None
+        #: Warm copies of partitions this replica would take over (``standby_replicas``).
+        self.standbys: Standbys | None = None
         self._client_id = f"{settings.namespace}.processor.{settings.replica_id}"
         self._recovery = Recovery(f"processor {settings.replica_id}")
         #: How history, status and outcomes are framed (checks the registry, if any, first).
@@ -203,6 +207,8 @@ class ProcessorRunner:
             settings.processor_group,
             producer=self._producer_config(),
             admin=admin_config(settings.bootstrap_servers) | settings.extra_kafka,
+            offsets=consumer_config(settings.bootstrap_servers, settings.processor_group)
+            | settings.extra_kafka,
         )
 
     def _new_consumer(self) -> Consumer:
@@ -240,6 +246,16 @@ class ProcessorRunner:
         )
         return config
 
+    @property
+    def standby_lag(self) -> dict[int, int]:
+        """Offsets each standby copy is behind its changelogs' committed end (a metric)."""
+        return {} if self.standbys is None else dict(self.standbys.lag)
+
+    @property
+    def standby_applied(self) -> int:
+        """Changelog records applied to standby copies since the start (a metric)."""
+        return 0 if self.standbys is None else self.standbys.applied
+
     @functools.cached_property
     def _queues(self) -> TaskQueueTopics:
         """Creates a task queue's topic before the first batch that produces to it."""
@@ -256,6 +272,15 @@ class ProcessorRunner:
             announce(self.settings)
         self._subscribe()
         watch = self._watch_peers()
+        if watch is not None and self.settings.standby_replicas:
+            peers = watch.peers
+            self.standbys = Standbys(
+                self.settings,
+                self.topics,
+                lambda: peers.alive(time.monotonic()),
+                self._partition_path,
+            )
+            self.standbys.start()
         try:
             while not stop.is_set():
                 try:
@@ -267,6 +292,8 @@ class ProcessorRunner:
                 else:
                     self._recovery.succeeded(self.progress.transactions + self.progress.restores)
         finally:
+            if self.standbys is not None:  # first: closing revokes, which would reopen copies
+                self.standbys.stop()
             self.close()
             if watch is not None:
                 watch.stop(left=True)
@@ -308,6 +335,7 @@ class ProcessorRunner:
             self._cancel_takeovers()
             for pp in self.partitions.values():
                 pp.close()
+            self._unclaim(list(self.partitions))
             self.partitions.clear()
             self._producer.close()
         while True:
@@ -343,6 +371,7 @@ class ProcessorRunner:
             self._cancel_takeovers()
             for pp in self.partitions.values():
                 pp.close()
+            self._unclaim(list(self.partitions))
             self.partitions.clear()
             self._producer.close()
             self.env.watchdog.close()
@@ -615,6 +644,8 @@ class ProcessorRunner:
         departed = self._fencing.departed(
             consumer, [TopicPartition(t, p) for t in self._inputs for p in new]
         )
+        if self.standbys is not None:  # their warm copies become the processor's stores
+            self.standbys.claim(new)
         fencing = self._fencing
         takeover = Takeover(
             new,
@@ -636,6 +667,7 @@ class ProcessorRunner:
             if done.error is not None or done.report is None:
                 for pp in done.partitions.values():
                     pp.close()
+                self._unclaim(takeover.partitions)
                 raise done.error or RuntimeError("a takeover ended without a report")
             self._adopt(done.partitions, done.report)
 
@@ -670,6 +702,7 @@ class ProcessorRunner:
                 continue
             self._takeovers.remove(takeover)
             takeover.cancel(CLOSE_S)
+            self._unclaim(takeover.partitions)
             kept += [p for p in takeover.partitions if gone is not None and p not in gone]
         return kept
 
@@ -693,16 +726,24 @@ class ProcessorRunner:
             pp = self.partitions.pop(p, None)
             if pp is not None:
                 pp.close()
+        self._unclaim(gone)
         self.lag = {tp: n for tp, n in self.lag.items() if tp[1] not in gone}
 
+    def _unclaim(self, partitions: Collection[int]) -> None:
+        """The partitions' stores are closed: the standbys may keep them warm again."""
+        if self.standbys is not None:
+            self.standbys.unclaim(partitions)
+
+    def _partition_path(self, partition: int) -> Path:
+        """A partition's database: the same folder whether this replica owns the partition
+        or keeps a standby copy of it, so a takeover restores from where the copy is."""
+        settings = self.settings
+        return Path(settings.state_dir) / settings.namespace / settings.replica_id / f"p{partition}"
+
     def _open_partition(self, partition: int) -> PartitionProcessor:
-        path = (
-            Path(self.settings.state_dir)
-            / self.settings.namespace
-            / self.settings.replica_id
-            / f"p{partition}"
+        return PartitionProcessor(
+            partition, RocksPartitionStore(self._partition_path(partition)), self.env
         )
-        return PartitionProcessor(partition, RocksPartitionStore(path), self.env)
 
 
 def restore_partitions(

@@ -42,7 +42,8 @@ class Peers:
 
     def alive(self, now: float) -> set[str]:
         """The peers heard within the timeout."""
-        return {r for r, at in self.heard_at.items() if now - at <= self.timeout_s}
+        # a copy: the standbys' thread asks while the liveness thread writes
+        return {r for r, at in list(self.heard_at.items()) if now - at <= self.timeout_s}
 
     def to_act_on(self, now: float) -> list[str]:
         """The silent peers this replica must act on now: none unless it is the lowest
