@@ -234,8 +234,10 @@ def test_standbys_through_repeated_kills_and_restarts_under_load(
     kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each replica in turn is SIGKILLed under load and restarted, so copies open, are
-    claimed, handed back and reopened across eager rebalances; every workflow completes
-    once and every copy, brought to the end, equals a cold restore."""
+    claimed, handed back and reopened across eager rebalances; every takeover fenced the
+    dead replica at once (from the logs: no restore waited for its open transaction);
+    every workflow completes once and every copy, brought to the end, equals a cold
+    restore."""
     monkeypatch.setenv("TURNSTILE_STANDBY_REPLICAS", "1")
     with running_engine(
         kafka_bootstrap, partitions=PARTITIONS, replicas=0, in_process=False, state_dir=tmp_path
@@ -267,7 +269,8 @@ def test_standbys_through_repeated_kills_and_restarts_under_load(
                 assert isinstance(victim, EngineProcess)
                 target = len(expected) + 100
                 wait_until(lambda t=target: len(expected) >= t, 120, what="load")
-                _kill_and_restart(victim, [h for h in handles.values() if h is not victim])
+                others = [h for h in handles.values() if h is not victim]
+                _kill_and_restart(victim, others, engine.namespace)
         finally:
             stop.set()
             loader.join()
@@ -291,9 +294,16 @@ def _restores(handle: object) -> int:
     return handle.current_log().count(" restored: ")
 
 
-def _kill_and_restart(victim: EngineProcess, others: list[object]) -> None:
-    """SIGKILL ``victim``, wait until a peer took partitions over, start it again and wait
-    until it has its partitions back."""
+def _logs(handles: list[object]) -> str:
+    return "".join(h.current_log() for h in handles if isinstance(h, EngineProcess))
+
+
+def _kill_and_restart(victim: EngineProcess, others: list[object], namespace: str) -> None:
+    """SIGKILL ``victim``, wait until a peer took partitions over - fencing the victim's
+    transactional id first, so no restore waited for a transaction it left open - start it
+    again and wait until it has its partitions back."""
+    fenced = f"fenced {namespace}.processor.{victim.name}"
+    fences, waits = _logs(others).count(fenced), _logs(others).count("waiting for open tr")
     counts = [_restores(h) for h in others]
     victim.kill()
     wait_until(
@@ -301,5 +311,8 @@ def _kill_and_restart(victim: EngineProcess, others: list[object]) -> None:
         120,
         what="a takeover",
     )
+    after = _logs(others)
+    assert after.count(fenced) > fences, after[-5000:]  # fenced at once, not timed out
+    assert after.count("waiting for open tr") == waits, after[-5000:]
     victim.start()
     victim.wait_for_log(" restored: ", 120)
