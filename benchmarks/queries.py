@@ -15,29 +15,12 @@ writes no history, so it should not cost more than a start). Every run adds its 
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
-from typing import Any
 
-import harness
-from common import emit, git_commit, host_info, latency_summary, machine_line, progress
+import round_trips
 
 from engine.client import Client
-
-MODULE = "engine.examples.chain3"
-WORKFLOW = "chain3.queried"
-
-
-def _starts(client: Client, n: int, offset: int) -> tuple[list[str], list[float]]:
-    handles, lat_ms = [], []
-    for i in range(n):
-        t0 = time.perf_counter()
-        handle = client.start(WORKFLOW, offset + i)
-        lat_ms.append((time.perf_counter() - t0) * 1000.0)
-        handles.append(handle)
-    return handles, lat_ms
 
 
 def _queries(client: Client, handles: list[str], n: int, offset: int) -> list[float]:
@@ -52,69 +35,12 @@ def _queries(client: Client, handles: list[str], n: int, offset: int) -> list[fl
     return lat_ms
 
 
-def run(broker: harness.Broker, args: argparse.Namespace) -> dict[str, Any]:
-    with (
-        harness.engine(broker, "queries", MODULE, args.partitions, with_worker=False) as eng,
-        Client(settings=eng.settings, timeout=60) as client,
-    ):
-        progress("warm-up: 50 starts and 100 queries")
-        warm, _ = _starts(client, 50, 0)
-        _queries(client, warm, 100, 0)
-        progress(f"{args.instances} starts, then {args.n} queries, one at a time")
-        handles, start_ms = _starts(client, args.instances, 1000)
-        query_ms = _queries(client, handles, args.n, 1000)
-        eng.check_alive()
-        for handle in [*warm, *handles]:
-            client.raise_event(handle, "done", wait=False, flush=False)
-        client.flush()
-    start, query = latency_summary(start_ms), latency_summary(query_ms)
-    return {
-        "benchmark": "queries",
-        "commit": git_commit(),
-        "host": host_info(),
-        "params": {"instances": args.instances, "n": args.n, "partitions": args.partitions},
-        "start_to_outcome": start,
-        "query": query,
-        "query_p50_vs_start_p50": round(query["p50_ms"] / start["p50_ms"], 3),
-    }
-
-
-def add_row(result: dict[str, Any]) -> None:
-    """The run's row in ``benchmarks/results/queries.jsonl`` (and RESULTS.md)."""
-    import results_md
-
-    start, query, params = result["start_to_outcome"], result["query"], result["params"]
-    cells = [
-        str(result["host"]["date_utc"]).replace("T", " ").rstrip("Z"),
-        result["commit"],
-        machine_line(result["host"]),
-        " / ".join(f"{x:.2f}" for x in os.getloadavg()),
-        ", ".join(f"{k}={v}" for k, v in params.items()),
-        f"{start['p50_ms']} / {start['p99_ms']}",
-        f"{query['p50_ms']} / {query['p99_ms']}",
-        result["query_p50_vs_start_p50"],
-    ]
-    results_md.append_record(results_md.make_record("queries", cells))
+QUERIES = round_trips.Verb("queries", "query", "queries", _queries)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap-servers", help="use this broker instead of a private one")
-    parser.add_argument("--instances", type=int, default=20)
-    parser.add_argument("--n", type=int, default=300)
-    parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--no-record", action="store_true", help="do not add a results row")
-    args = parser.parse_args(argv)
-    with harness.kafka(args.bootstrap_servers) as broker:
-        result = run(broker, args)
-    emit(result)
-    if not args.no_record:
-        add_row(result)
-    progress(
-        f"{machine_line(result['host'])}: start p50 {result['start_to_outcome']['p50_ms']} ms, "
-        f"query p50 {result['query']['p50_ms']} ms ({result['query_p50_vs_start_p50']}x)"
-    )
-    return 0
+    args = round_trips.parser(__doc__.splitlines()[0]).parse_args(argv)
+    return round_trips.main(QUERIES, args, [])
 
 
 if __name__ == "__main__":
