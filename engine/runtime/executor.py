@@ -9,7 +9,9 @@ Turn structure. A turn appends ``TurnStarted(now_ms)`` (only if it accepts at le
 event), then the accepted inbound events in the order given, then the decisions the code
 made. One exception: an update offered to a generation whose code has not run yet (it
 began in this turn) has the code run first, so its decisions come before the
-``UpdateAccepted`` (the code sets the update handlers). Replay splits history at the same
+``UpdateAccepted`` (the code sets the update handlers); when that update is refused and
+the run decided nothing, the generation is begun again, its code not run, as replay will
+see it (:meth:`WorkflowExecution._offer_code_first`). Replay splits history at the same
 boundaries, applies each turn's inbound events and re-runs the code, matching its
 decisions against the recorded ones (see :mod:`engine.runtime.journal`). ``ctx.now()`` is
 the turn's ``TurnStarted`` time, or the ``ExecutionStarted`` event's timestamp in the turn
