@@ -209,6 +209,12 @@ OPS = st.lists(
 )
 
 
+ROUNDS = 1_000
+"""A bound on each run of the simulation in the interleaving test (a few dozen rounds
+settle any of its examples): a turn loop that never ends fails that example at once
+("the simulation did not settle") instead of running a million cold turns."""
+
+
 def _play(sim: Sim, ops: list[tuple[str, Any, Any]]) -> None:
     for op, update_id, n in ops:
         if op == "update":
@@ -218,7 +224,7 @@ def _play(sim: Sim, ops: list[tuple[str, Any, Any]]) -> None:
         elif op == "cancel":
             sim.send("wf-1", ExecutionCancelRequested("hypothesis", every_fiber=True))
         else:
-            sim.run()
+            sim.run(max_rounds=ROUNDS)
 
 
 def _updates_by_generation(sim: Sim) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
@@ -260,7 +266,7 @@ def _check_every_update_once(
     sim = Sim(reg, cold=cold, rng=rng, max_batch=3)
     sim.start("rounds", {"total": 0})
     _play(sim, ops)
-    sim.run(timers=False)
+    sim.run(timers=False, max_rounds=ROUNDS)
     accepted, completed = _updates_by_generation(sim)
     assert all(len(gens) == 1 for gens in accepted.values())  # de-duplicated by update id
     assert all(completed.get(uid, gens) == gens for uid, gens in accepted.items())
@@ -273,10 +279,10 @@ def _check_every_update_once(
     assert all(accepted[uid] == [gen.number] for uid in pending)
     first = {b.update_id: _answer(b) for b in sim.bodies(UpdateCompleted)}
     assert {uid: _answer(d) for uid, d in gen.update_ids.items() if d is not None} == first
-    sim.run()  # with the timers: every pending update finishes
+    sim.run(max_rounds=ROUNDS)  # with the timers: every pending update finishes
     if sim.status() is RuntimeStatus.RUNNING:
         sim.raise_event("wf-1", "command", "stop")
-        sim.run()
+        sim.run(max_rounds=ROUNDS)
     assert sim.status() in (RuntimeStatus.COMPLETED, RuntimeStatus.CANCELLED)
     assert len(sim.bodies(UpdateCompleted)) == len(sim.bodies(UpdateAccepted))
     replayed = WorkflowExecution(reg, "wf-1")
