@@ -9,7 +9,9 @@ Turn structure. A turn appends ``TurnStarted(now_ms)`` (only if it accepts at le
 event), then the accepted inbound events in the order given, then the decisions the code
 made. One exception: an update offered to a generation whose code has not run yet (it
 began in this turn) has the code run first, so its decisions come before the
-``UpdateAccepted`` (the code sets the update handlers). Replay splits history at the same
+``UpdateAccepted`` (the code sets the update handlers); when that update is refused and
+the run decided nothing, the generation is begun again, its code not run, as replay will
+see it (:meth:`WorkflowExecution._offer_code_first`). Replay splits history at the same
 boundaries, applies each turn's inbound events and re-runs the code, matching its
 decisions against the recorded ones (see :mod:`engine.runtime.journal`). ``ctx.now()`` is
 the turn's ``TurnStarted`` time, or the ``ExecutionStarted`` event's timestamp in the turn
@@ -96,6 +98,7 @@ from engine.runtime.handlers import (
 )
 from engine.runtime.journal import DECISION_TYPES, describe
 from engine.runtime.registry import Registry, WorkflowDefinition
+from engine.runtime.updates import on_update_accepted
 
 
 async def _raise(error: BaseException) -> NoReturn:
@@ -289,10 +292,49 @@ class WorkflowExecution(ExecutionState):
                 f"generation {self._journal.generation}"
             )
         if type(body) is UpdateAccepted and self._code_first():
-            self._run_code()
-            if self._status in ENDED:
-                return f"the instance has ended ({self._status.value})"
+            return self._offer_code_first(body)
         return handler(self, body)
+
+    def _offer_code_first(self, body: UpdateAccepted) -> str | None:
+        """Run the code of a generation that has not run, then offer the update to it.
+
+        Replay runs that code where history shows it ran: at a recorded decision, or at the
+        ``UpdateAccepted`` itself. A refused update writes nothing, so when it is refused
+        and the code decided nothing, history holds no trace of that run; the generation is
+        then rebuilt from its events (:meth:`_restart_code`), as replay will see it, and the
+        code runs again at the next update or at the end of the turn."""
+        journal = self._journal
+        written = len(journal.new_events)
+        self._run_code()
+        if self._status in ENDED:
+            return f"the instance has ended ({self._status.value})"
+        reason = on_update_accepted(self, body)
+        if reason is not None and len(journal.new_events) == written:
+            self._restart_code()
+        return reason
+
+    def _restart_code(self) -> None:
+        """Begin the current generation again from its start, its code not run, and apply
+        the inbound events it has received so far, exactly as replay applies them (the
+        generation began in this turn, so all its events are in the journal)."""
+        journal = self._journal
+        events = journal.events
+        start = _last_start(events)
+        gen = self._gen
+        assert gen is not None and start >= 0
+        started = events[start].body
+        assert type(started) is ExecutionStarted
+        gen.close()
+        now_ms = journal.now_ms
+        journal.replaying = True
+        try:
+            self.begin_generation(started)  # the custom status carried into it stays
+            for event in events[start + 1 :]:
+                if type(event.body) is not TurnStarted:
+                    self._apply_recorded(event)
+        finally:
+            journal.replaying = False
+            journal.now_ms = now_ms
 
     def _code_first(self) -> bool:
         """Whether an update must wait for the generation's code to run first: a generation

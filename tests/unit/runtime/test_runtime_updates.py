@@ -17,9 +17,15 @@ from runtime_harness import Sim
 from engine import Registry, WorkflowContext
 from engine.core.failure import FailureDetails
 from engine.core.history import (
+    ContinuedAsNew,
+    EventBody,
+    EventRaised,
     ExecutionCancelRequested,
     ExecutionResumed,
+    ExecutionStarted,
     ExecutionSuspended,
+    HistoryEvent,
+    Inbound,
     RuntimeStatus,
     UpdateAccepted,
     UpdateCompleted,
@@ -27,6 +33,7 @@ from engine.core.history import (
 )
 from engine.core.payloads import from_payload, to_payload
 from engine.runtime import WorkflowExecution
+from engine.runtime.actions import TurnResult
 from engine.runtime.continuation import (
     UPDATE_RESULTS_CARRIED_BYTES,
     UPDATES_CARRIED,
@@ -202,6 +209,12 @@ OPS = st.lists(
 )
 
 
+ROUNDS = 1_000
+"""A bound on each run of the simulation in the interleaving test (a few dozen rounds
+settle any of its examples): a turn loop that never ends fails that example at once
+("the simulation did not settle") instead of running a million cold turns."""
+
+
 def _play(sim: Sim, ops: list[tuple[str, Any, Any]]) -> None:
     for op, update_id, n in ops:
         if op == "update":
@@ -211,7 +224,7 @@ def _play(sim: Sim, ops: list[tuple[str, Any, Any]]) -> None:
         elif op == "cancel":
             sim.send("wf-1", ExecutionCancelRequested("hypothesis", every_fiber=True))
         else:
-            sim.run()
+            sim.run(max_rounds=ROUNDS)
 
 
 def _updates_by_generation(sim: Sim) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
@@ -244,10 +257,16 @@ def test_every_accepted_update_completes_exactly_once_or_is_still_pending(
     update id is accepted once in the whole run (a retry after a continue-as-new finds
     the carried result) and completes once, in the generation that accepted it, or is
     still pending there; the carried result is the recorded one; replay agrees."""
+    _check_every_update_once(ops, cold, rng)
+
+
+def _check_every_update_once(
+    ops: list[tuple[str, Any, Any]], cold: bool, rng: random.Random
+) -> None:
     sim = Sim(reg, cold=cold, rng=rng, max_batch=3)
     sim.start("rounds", {"total": 0})
     _play(sim, ops)
-    sim.run(timers=False)
+    sim.run(timers=False, max_rounds=ROUNDS)
     accepted, completed = _updates_by_generation(sim)
     assert all(len(gens) == 1 for gens in accepted.values())  # de-duplicated by update id
     assert all(completed.get(uid, gens) == gens for uid, gens in accepted.items())
@@ -260,15 +279,60 @@ def test_every_accepted_update_completes_exactly_once_or_is_still_pending(
     assert all(accepted[uid] == [gen.number] for uid in pending)
     first = {b.update_id: _answer(b) for b in sim.bodies(UpdateCompleted)}
     assert {uid: _answer(d) for uid, d in gen.update_ids.items() if d is not None} == first
-    sim.run()  # with the timers: every pending update finishes
+    sim.run(max_rounds=ROUNDS)  # with the timers: every pending update finishes
     if sim.status() is RuntimeStatus.RUNNING:
         sim.raise_event("wf-1", "command", "stop")
-        sim.run()
+        sim.run(max_rounds=ROUNDS)
     assert sim.status() in (RuntimeStatus.COMPLETED, RuntimeStatus.CANCELLED)
     assert len(sim.bodies(UpdateCompleted)) == len(sim.bodies(UpdateAccepted))
     replayed = WorkflowExecution(reg, "wf-1")
     replayed.replay(sim.history())
     assert replayed.status is sim.status()
+
+
+def test_a_falsifying_interleaving_found_by_hypothesis_replays_as_it_ran() -> None:
+    """A refused update in the turn that begins a generation, then an event, then an
+    accepted update: cold turns (replay every turn) decide as the live ones did."""
+    ops: list[tuple[str, Any, Any]] = [
+        ("run", None, None), ("update", "a", 4), ("cancel", None, None), ("next", None, None),
+        ("update", "c", -1), ("next", None, None), ("update", "c", 3), ("update", "a", 4),
+        ("cancel", None, None), ("update", "b", 1), ("run", None, None), ("update", "b", -1),
+        ("run", None, None), ("update", "c", -1), ("next", None, None), ("update", "c", 4),
+        ("run", None, None), ("cancel", None, None), ("next", None, None),
+        ("cancel", None, None), ("update", "c", -1), ("run", None, None), ("next", None, None),
+        ("run", None, None), ("update", "a", 1),
+    ]  # fmt: skip
+    _check_every_update_once(ops, True, random.Random(4))
+
+
+def test_a_refused_update_leaves_no_trace_of_running_the_code_first() -> None:
+    """The code of a generation begun in this turn runs before an update is offered; when
+    the update is refused, history shows no such run, so the turn goes on as replay will
+    see it: the event that follows is applied before the code runs again (at the next
+    update), so the code continues as new and the next update finds the run ended."""
+    live = WorkflowExecution(reg, "wf-1")
+    history: list[HistoryEvent] = []
+
+    def turn(*bodies: EventBody) -> TurnResult:
+        result = live.step([Inbound(body) for body in bodies], 1_000)
+        history.extend(result.new_events)
+        return result
+
+    turn(ExecutionStarted("rounds", to_payload({"total": 0})))
+    turn(EventRaised("command", to_payload("next")))
+    assert live.status is RuntimeStatus.CONTINUED_AS_NEW  # generation 1 begins next turn
+    result = turn(
+        UpdateAccepted("u1", "add", to_payload(-1)),  # refused by its validator
+        EventRaised("command", to_payload("next")),
+        UpdateAccepted("u2", "add", to_payload(3)),
+    )
+    reasons = [r.reason for r in result.rejected]
+    assert "rejected by its validator" in reasons[0]
+    assert reasons[1] == "the instance has ended (CONTINUED_AS_NEW)"
+    assert [type(e.body) for e in result.new_events][-2:] == [EventRaised, ContinuedAsNew]
+    replayed = WorkflowExecution(reg, "wf-1")
+    replayed.replay(history)  # decides what the live turn decided
+    assert replayed.generation == 1 and replayed.status is RuntimeStatus.CONTINUED_AS_NEW
 
 
 @pytest.mark.parametrize("cold", [False, True])
