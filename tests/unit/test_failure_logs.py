@@ -112,6 +112,14 @@ def _worker_warnings(text: _Lines) -> list[logging.LogRecord]:
     ]
 
 
+def _cancelled_and_abandoned(text: _Lines) -> list[logging.LogRecord]:
+    """The thread's warning that it abandoned the run, once the processor cancelled it."""
+    messages = [r.getMessage() for r in text.records]
+    if not any("the workflow's timeout of 0.2s" in m for m in messages):
+        return []
+    return [r for r in text.records if "is abandoned" in r.getMessage()]
+
+
 def test_a_timed_out_attempt_warns(text: _Lines) -> None:
     try:
         with TestEngine(registry) as env:
@@ -121,10 +129,19 @@ def test_a_timed_out_attempt_warns(text: _Lines) -> None:
             # failure (the processor's timer can pass first), and it may also log, at
             # INFO, that the processor cancelled the attempt: wait for the warning.
             deadline = time.monotonic() + 30
-            while not _worker_warnings(text) and time.monotonic() < deadline:
+            while time.monotonic() < deadline and not (
+                _worker_warnings(text) or _cancelled_and_abandoned(text)
+            ):
                 time.sleep(0.01)
     finally:
         hung.set()
+    if not _worker_warnings(text):
+        # The processor's timer passed first and cancelled the attempt, so the worker
+        # reports nothing of it; the thread that still runs it says it is abandoned.
+        abandoned = _cancelled_and_abandoned(text)
+        assert [r.levelname for r in abandoned] == ["WARNING"], text.lines
+        assert "order-6" in abandoned[0].getMessage()
+        return
     (warned,) = _worker_warnings(text)
     assert warned.levelname == "WARNING"
     assert (getattr(warned, "instance_id", None), getattr(warned, "attempt", None)) == (
