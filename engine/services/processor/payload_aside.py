@@ -15,7 +15,7 @@ transaction): the chunks are at or after it, and a reader scans forward from the
 from __future__ import annotations
 
 from dataclasses import fields, is_dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from engine.core.history import RecordPublished
 from engine.core.payload_refs import chunk_key, digest, make_ref, split_chunks
@@ -91,20 +91,35 @@ def _emit_chunks(b: Batch, owner: str, payload: Payload, sha: str, offset: int) 
 
 def _swapped(value: T, swap: Any, depth: int = 0) -> T:
     """``value`` (an event, its body, an action) with its payload fields passed through
-    ``swap``; nested dataclasses one level down (an event's body)."""
-    if not is_dataclass(value) or isinstance(value, type) or depth > 1:
+    ``swap``; nested dataclasses one level down (an event's body). Every event and action
+    of every turn passes here, nearly all without a payload to swap: the fields to look at
+    are known per class (:func:`_init_fields`), not asked of ``dataclasses`` each time."""
+    names = _init_fields(type(value))
+    if not names or depth > 1:
         return value
     changes: dict[str, Any] = {}
-    for f in fields(value):
-        if not f.init:
-            continue
-        current = getattr(value, f.name)
+    for name in names:
+        current = getattr(value, name)
         if isinstance(current, Payload):
             new = swap(current)
-        elif is_dataclass(current) and not isinstance(current, type):
+        elif _init_fields(type(current)):
             new = _swapped(current, swap, depth + 1)
         else:
             continue
         if new is not current:
-            changes[f.name] = new
-    return replace(value, **changes) if changes else value
+            changes[name] = new
+    return cast(T, replace(cast(Any, value), **changes)) if changes else value
+
+
+_INIT_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _init_fields(cls: type) -> tuple[str, ...]:
+    """The fields ``replace`` can set on instances of ``cls`` (none: not a dataclass; a
+    class object itself is a ``type``, never a dataclass instance). Remembered per class:
+    there are as many entries as classes."""
+    names = _INIT_FIELDS.get(cls)
+    if names is None:
+        names = tuple(f.name for f in fields(cls) if f.init) if is_dataclass(cls) else ()
+        _INIT_FIELDS[cls] = names
+    return names
