@@ -14,6 +14,9 @@ transaction): the chunks are at or after it, and a reader scans forward from the
 
 from __future__ import annotations
 
+import enum
+import types
+import typing
 from dataclasses import fields, is_dataclass, replace
 from typing import Any, TypeVar, cast
 
@@ -113,13 +116,33 @@ def _swapped(value: T, swap: Any, depth: int = 0) -> T:
 
 _INIT_FIELDS: dict[type, tuple[str, ...]] = {}
 
+#: Field types that never hold a payload or a dataclass that could.
+_PLAIN: tuple[type, ...] = (str, int, float, bytes, type(None), enum.Enum)
+
 
 def _init_fields(cls: type) -> tuple[str, ...]:
-    """The fields ``replace`` can set on instances of ``cls`` (none: not a dataclass; a
-    class object itself is a ``type``, never a dataclass instance). Remembered per class:
-    there are as many entries as classes."""
+    """The fields ``replace`` can set on instances of ``cls`` that may hold a payload (none:
+    not a dataclass; a class object itself is a ``type``, never a dataclass instance).
+    A field typed as plain values only (``str``, ``int``, an enum...) is left out: an event
+    has seven fields and only its body can hold one. Remembered per class: there are as
+    many entries as classes."""
     names = _INIT_FIELDS.get(cls)
     if names is None:
-        names = tuple(f.name for f in fields(cls) if f.init) if is_dataclass(cls) else ()
+        names = tuple(_may_hold(cls)) if is_dataclass(cls) else ()
         _INIT_FIELDS[cls] = names
     return names
+
+
+def _may_hold(cls: type) -> list[str]:
+    init = [f.name for f in fields(cls) if f.init]
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # a hint that does not resolve: look at every field, as before
+        return init
+    return [name for name in init if name not in hints or not _plain(hints[name])]
+
+
+def _plain(hint: Any) -> bool:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return all(_plain(arg) for arg in typing.get_args(hint))
+    return isinstance(hint, type) and issubclass(hint, _PLAIN)
