@@ -2,7 +2,8 @@
 
 Each round runs ``benchmarks/chain3.py`` of checkout A, then of checkout B (each with its own
 engine code, as subprocesses), so load changes on a shared machine hit both alike; ratios
-B/A are taken per round and their median reported. The 1-minute load average is recorded
+B/A (throughput, p50 and the processor's CPU per workflow in the throughput runs) are taken
+per round and their median reported. The 1-minute load average is recorded
 next to every run. Rows go to the chain3 results (variant cell: side and load).
 
     .venv/bin/python benchmarks/ab_chain3.py --a ../main-copy --b . --bootstrap-servers HOST:PORT
@@ -56,11 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", choices=list(chain3.WORKFLOWS), default="activities")
     parser.add_argument("--bootstrap-servers", required=True)
     parser.add_argument("--no-results-md", action="store_true", help="do not touch RESULTS.md")
+    parser.add_argument("--note", default="", help="added to each row's variant cell")
     chain3.add_arguments(parser)
     args = parser.parse_args(argv)
     import results_md
 
-    ratios: dict[str, list[float]] = {"wf/s": [], "p50": []}
+    ratios: dict[str, list[float]] = {"wf/s": [], "p50": [], "processor CPU/wf": []}
     for round_ in range(args.rounds):
         pair = {}
         for side, repo in (("A", args.a.resolve()), ("B", args.b.resolve())):
@@ -72,10 +74,14 @@ def main(argv: list[str] | None = None) -> int:
             )
             pair[side] = med
             if not args.no_results_md:
-                result["variant"] = f"{result['variant']} ({side}), load {load[0]}-{load[1]}"
+                note = f", {args.note}" if args.note else ""
+                result["variant"] = f"{result['variant']} ({side}), load {load[0]}-{load[1]}{note}"
                 results_md.add_chain3(result, peer=None)
         ratios["wf/s"].append(pair["B"]["workflows_per_s"] / pair["A"]["workflows_per_s"])
         ratios["p50"].append(pair["B"]["p50_ms"] / pair["A"]["p50_ms"])
+        # CPU per workflow moves less with the machine's load than wf/s does
+        cpu = [pair[s]["cpu_ms_per_workflow_throughput"]["processor"] for s in ("A", "B")]
+        ratios["processor CPU/wf"].append(cpu[1] / cpu[0])
     summary = {k: round(statistics.median(v), 3) for k, v in ratios.items()}
     print(json.dumps({"benchmark": "ab_chain3", "ratios_b_over_a": ratios, "median": summary}))
     return 0

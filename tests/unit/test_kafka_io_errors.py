@@ -42,7 +42,7 @@ class FakeProducer:
     def begin_transaction(self) -> None:
         self._call("begin")
 
-    def produce(self, topic: str, **kwargs: Any) -> None:
+    def produce(self, topic: str, *args: Any, **kwargs: Any) -> None:
         self._call("produce")
 
     def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:

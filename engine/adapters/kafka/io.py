@@ -271,10 +271,31 @@ class TransactionalProducer:
         value: bytes | None,
         partition: int | None = None,
         headers: Headers | None = None,
+        *,
+        track: bool = True,
     ) -> None:
-        """Queue one record in the open transaction; waits while the local queue is full."""
-        self._require_open("produce")
-        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": self._on_delivery}
+        """Queue one record in the open transaction; waits while the local queue is full.
+
+        A tracked record's offset is in :attr:`delivered` (and what :meth:`commit`
+        returns); an untracked one is only watched for its refusal (:attr:`refused`), which
+        spares the offset's bookkeeping on records whose offsets nobody reads."""
+        if not self._open:
+            self._require_open("produce")
+        report = self._on_delivery if track else self._on_refusal
+        try:
+            # positional: topic, value, key, partition (-1: by key), callback - no keyword
+            # dict to build on the path every record takes (most records have no headers)
+            where = -1 if partition is None else partition
+            if headers:
+                self._producer.produce(topic, value, key, where, report, headers=list(headers))
+            else:
+                self._producer.produce(topic, value, key, where, report)
+            return
+        except BufferError:
+            pass  # the local queue is full: wait for room below
+        except KafkaException as exc:
+            self._on_produce_error(exc, topic)
+        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": report}
         if partition is not None:
             kwargs["partition"] = partition
         if headers:
@@ -301,6 +322,10 @@ class TransactionalProducer:
             topic, partition, offset = message.topic(), message.partition(), message.offset()
             self._delivered.append(Delivered(str(topic), partition or 0, offset or 0))
         else:
+            self._on_refusal(error, message)
+
+    def _on_refusal(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
             self._failed.append(f"{message.topic()}: {error}")
             self.refused.append((str(message.topic()), message.key(), error))
 

@@ -11,7 +11,8 @@ record (the broker is gone, the producer was fenced) still abort the whole batch
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
+from typing import NoReturn
 
 from confluent_kafka import KafkaError
 
@@ -59,27 +60,43 @@ def produce_batch(
     outputs: Sequence[Produced],
     record_limit: int,
     wire: WireFormat = SINGLE_OBJECT,
+    tracked: Container[str] = frozenset(),
 ) -> None:
     """Produce every record into the open transaction, framed as ``wire`` says for its
     topic; a record over ``record_limit`` or refused by the producer raises
-    :class:`InstanceTurnError` for its origin."""
+    :class:`InstanceTurnError` for its origin. Only records of a ``tracked`` topic have
+    their offsets reported (the changelogs, whose offsets the processor keeps): the loop
+    runs once per record of the batch, so it does no work a record does not need."""
+    produce = producer.produce
+    framed = bool(wire.schema_ids)
     for partition, r in outputs:
-        size = record_size(r)
+        topic, value = r.topic, r.value
+        size = len(r.key or b"") + len(value or b"")
+        if r.headers:
+            size = record_size(r)
         if size > record_limit:
             error = PayloadTooLargeError(
-                f"a record for {r.topic}", size, "max_record_bytes", record_limit
+                f"a record for {topic}", size, "max_record_bytes", record_limit
             )
             raise refusal(partition, r, failure_from_exception(error, retryable=False))
+        if framed:
+            value = wire.frame(topic, value)
         try:
-            producer.produce(r.topic, r.key, wire.frame(r.topic, r.value), r.partition, r.headers)
+            produce(topic, r.key, value, r.partition, r.headers, track=topic in tracked)
         except RecordRejectedError as exc:
-            cause = kafka_error(exc.__cause__) if exc.__cause__ is not None else None
-            if cause is None or cause.code() in RECORD_ERRORS:
-                raise refusal(partition, r, failure_from_exception(exc, retryable=False)) from exc
-            # Not this record: the transaction is in an error state, typically because the
-            # broker refused an earlier record; the caller finds that one among the refused.
-            producer.abort()
-            raise AbortedTransaction(f"producing the batch failed: {exc}") from exc
+            _rejected(producer, partition, r, exc)
+
+
+def _rejected(
+    producer: TransactionalProducer, partition: int, record: OutRecord, exc: RecordRejectedError
+) -> NoReturn:
+    cause = kafka_error(exc.__cause__) if exc.__cause__ is not None else None
+    if cause is None or cause.code() in RECORD_ERRORS:
+        raise refusal(partition, record, failure_from_exception(exc, retryable=False)) from exc
+    # Not this record: the transaction is in an error state, typically because the broker
+    # refused an earlier record; the caller finds that one among the refused.
+    producer.abort()
+    raise AbortedTransaction(f"producing the batch failed: {exc}") from exc
 
 
 def refused_in_delivery(

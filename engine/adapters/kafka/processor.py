@@ -200,6 +200,8 @@ class ProcessorRunner:
         self._recovery = Recovery(f"processor {settings.replica_id}")
         #: How history, status and outcomes are framed (checks the registry, if any, first).
         self._wire = connect_schema_registry(settings)
+        #: The topics whose offsets the batch reads back (:meth:`_changelog_offsets`).
+        self._tracked = frozenset((self.topics.state_changelog, self.topics.timer_changelog))
         self._consumer = self._new_consumer()
         self._producer = self._new_producer()
         self._fencing = Fencing(
@@ -490,7 +492,9 @@ class ProcessorRunner:
             self._producer.begin()
             # 5. produce the batch's output inside the transaction (a record over the
             # record limit or refused up front raises InstanceTurnError for its origin)
-            produce_batch(self._producer, outputs, self.env.limits.record, self._wire)
+            produce_batch(
+                self._producer, outputs, self.env.limits.record, self._wire, self._tracked
+            )
             t = self._observe(Step.PRODUCE, t, len(outputs))
             # 6. add the consumed offsets to the transaction
             if offsets:

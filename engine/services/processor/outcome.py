@@ -64,7 +64,7 @@ from engine.services.processor.history_rows import pack_rows
 from engine.services.processor.payload_aside import Aside, put_aside_turn
 from engine.services.processor.poison import BOUND_ERRORS, TINY, check_turn, fitting
 from engine.services.processor.publish import publish_record
-from engine.services.processor.state import Loaded
+from engine.services.processor.state import RUN_EVENTS, Loaded
 from engine.services.watchdog import REPLAY_EVENTS_PER_BUDGET
 
 log = logging.getLogger("engine.processor")
@@ -253,20 +253,22 @@ def write_events(
     generation that begins among them leaves the ones before it out of the state table,
     and the instance row counts the current generation's bytes."""
     meta = item.meta
-    topic = b.env.topics.history
-    key = meta.instance_id.encode()
+    b.emit_all(b.env.topics.history, meta.instance_id.encode(), [d for _, d in sealed], b.partition)
     previous: HistoryEvent | None = None
     previous_size = 0
     for event, data in sealed:
-        meta.last_hash = event.hash
-        meta.next_sequence = event.sequence + 1
-        b.emit(topic, key, data, b.partition)
-        b.counters.recorded(meta.name, meta.version, event.body)
+        body = event.body
+        if isinstance(body, RUN_EVENTS):  # most events neither start nor end a run
+            b.counters.recorded(meta.name, meta.version, body)
         meta.history_bytes += len(data)
-        if isinstance(event.body, ExecutionStarted):
+        if isinstance(body, ExecutionStarted):
             _new_generation(b, meta, event, previous)
             meta.history_bytes = len(data) + (previous_size if _opens(previous) else 0)
         previous, previous_size = event, len(data)
+    if sealed:
+        last = sealed[-1][0]
+        meta.last_hash = last.hash
+        meta.next_sequence = last.sequence + 1
     _put_row(b, meta, sealed)
     spans.turn_recorded(b, item, events)
 

@@ -14,8 +14,11 @@ transaction): the chunks are at or after it, and a reader scans forward from the
 
 from __future__ import annotations
 
+import enum
+import types
+import typing
 from dataclasses import fields, is_dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from engine.core.history import RecordPublished
 from engine.core.payload_refs import chunk_key, digest, make_ref, split_chunks
@@ -91,20 +94,55 @@ def _emit_chunks(b: Batch, owner: str, payload: Payload, sha: str, offset: int) 
 
 def _swapped(value: T, swap: Any, depth: int = 0) -> T:
     """``value`` (an event, its body, an action) with its payload fields passed through
-    ``swap``; nested dataclasses one level down (an event's body)."""
-    if not is_dataclass(value) or isinstance(value, type) or depth > 1:
+    ``swap``; nested dataclasses one level down (an event's body). Every event and action
+    of every turn passes here, nearly all without a payload to swap: the fields to look at
+    are known per class (:func:`_init_fields`), not asked of ``dataclasses`` each time."""
+    names = _init_fields(type(value))
+    if not names or depth > 1:
         return value
     changes: dict[str, Any] = {}
-    for f in fields(value):
-        if not f.init:
-            continue
-        current = getattr(value, f.name)
+    for name in names:
+        current = getattr(value, name)
         if isinstance(current, Payload):
             new = swap(current)
-        elif is_dataclass(current) and not isinstance(current, type):
+        elif _init_fields(type(current)):
             new = _swapped(current, swap, depth + 1)
         else:
             continue
         if new is not current:
-            changes[f.name] = new
-    return replace(value, **changes) if changes else value
+            changes[name] = new
+    return cast(T, replace(cast(Any, value), **changes)) if changes else value
+
+
+_INIT_FIELDS: dict[type, tuple[str, ...]] = {}
+
+#: Field types that never hold a payload or a dataclass that could.
+_PLAIN: tuple[type, ...] = (str, int, float, bytes, type(None), enum.Enum)
+
+
+def _init_fields(cls: type) -> tuple[str, ...]:
+    """The fields ``replace`` can set on instances of ``cls`` that may hold a payload (none:
+    not a dataclass; a class object itself is a ``type``, never a dataclass instance).
+    A field typed as plain values only (``str``, ``int``, an enum...) is left out: an event
+    has seven fields and only its body can hold one. Remembered per class: there are as
+    many entries as classes."""
+    names = _INIT_FIELDS.get(cls)
+    if names is None:
+        names = tuple(_may_hold(cls)) if is_dataclass(cls) else ()
+        _INIT_FIELDS[cls] = names
+    return names
+
+
+def _may_hold(cls: type) -> list[str]:
+    init = [f.name for f in fields(cls) if f.init]
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # a hint that does not resolve: look at every field, as before
+        return init
+    return [name for name in init if name not in hints or not _plain(hints[name])]
+
+
+def _plain(hint: Any) -> bool:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return all(_plain(arg) for arg in typing.get_args(hint))
+    return isinstance(hint, type) and issubclass(hint, _PLAIN)

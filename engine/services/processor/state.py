@@ -162,6 +162,10 @@ def standing(meta: InstanceRow) -> Standing:
     return None if status is None else (status, meta.name, meta.version)
 
 
+#: The history events that start or end a run: the ones :meth:`Counters.recorded` tallies.
+RUN_EVENTS = (ExecutionStarted, ExecutionCompleted, ContinuedAsNew)
+
+
 class StatusCounts:
     """One partition's committed instances per status, and its open instances (PENDING,
     RUNNING, SUSPENDED, PARKED) per workflow name and version (metrics gauges): counted once, then
