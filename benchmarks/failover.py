@@ -193,14 +193,15 @@ def _status_times(settings: Settings) -> dict[int, list[float]]:
     try:
         while len(done) < settings.partitions:
             message = consumer.poll(1.0)
-            if message is None:
+            partition = None if message is None else message.partition()
+            if message is None or partition is None:
                 continue
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
-                    done.add(message.partition())
+                    done.add(partition)
                 continue
-            times[message.partition()].append(message.timestamp()[1] / 1000)
+            times[partition].append(message.timestamp()[1] / 1000)
     finally:
         consumer.close()
     return times
@@ -286,12 +287,24 @@ def run_case(
                 logs.mkdir(parents=True, exist_ok=True)
                 shutil.copy(proc.log_path, logs / f"{namespace}-{proc.log_path.name}")
         shutil.rmtree(work_dir, ignore_errors=True)
+    result = _row(params, label, times, victims, t0)
+    result["takeover_restored_records"] = sum(n for n, _ in takeover)
+    result["takeover_restore_s"] = round(sum(s for _, s in takeover), 2)
+    result["prefill_s"] = round(prefill_s, 1)
+    emit(result)
+    return result
+
+
+def _row(
+    params: Params, label: str, times: dict[int, list[float]], victims: set[int], t0: float
+) -> dict[str, Any]:
+    """The case's timings from the status records' timestamps."""
     # The longest silence of each of its partitions from the signal on: a SIGTERMed replica
     # still commits its last batch after the signal, so "the first record after it" would
     # be its own; the silence that follows until the new owner's first turn is the gap.
     resumed = [_gaps(times, {p}, t0, t0 + params.after_s) for p in victims]
     others = set(range(params.partitions)) - victims
-    result = {
+    return {
         "benchmark": "failover",
         "case": label,
         "params": asdict(params),
@@ -302,12 +315,7 @@ def run_case(
         "resumed_max_s": round(max(resumed), 3),
         "others_longest_gap_s": round(_gaps(times, others, t0, t0 + params.after_s), 3),
         "others_gap_before_s": round(_gaps(times, others, t0 - params.before_s + 1, t0), 3),
-        "takeover_restored_records": sum(n for n, _ in takeover),
-        "takeover_restore_s": round(sum(s for _, s in takeover), 2),
-        "prefill_s": round(prefill_s, 1),
     }
-    emit(result)
-    return result
 
 
 def main(argv: list[str] | None = None) -> int:
