@@ -54,7 +54,7 @@ from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
 MODULE = "engine.examples.chain3"
 WORKFLOW = "chain3.inline"
 MOVED = re.compile(r"partitions \[([\d, ]*)\] (restored|revoked)")
-RESTORED = re.compile(r"partitions \[[\d, ]*\] restored: (\d+) changelog records")
+RESTORED = re.compile(r"partitions \[[\d, ]*\] restored: (\d+) changelog records in ([\d.]+)s")
 
 LIVENESS = {"TURNSTILE_LIVENESS_INTERVAL_MS": "500"}
 STANDBY = LIVENESS | {"TURNSTILE_STANDBY_REPLICAS": "1"}
@@ -129,9 +129,10 @@ def _standbys_caught_up(
     raise RuntimeError(f"standby copies of {sorted(partitions)} did not catch up: {behind}")
 
 
-def _restored(proc: harness.EngineProcess) -> list[int]:
-    """Changelog records of each restore the replica logged, in order."""
-    return [int(n) for n in RESTORED.findall(proc.log_path.read_text(errors="replace"))]
+def _restored(proc: harness.EngineProcess) -> list[tuple[int, float]]:
+    """Changelog records and seconds of each restore the replica logged, in order."""
+    text = proc.log_path.read_text(errors="replace")
+    return [(int(n), float(s)) for n, s in RESTORED.findall(text)]
 
 
 def _owned(proc: harness.EngineProcess, timeout: float = 120.0) -> set[int]:
@@ -192,26 +193,40 @@ def _status_times(settings: Settings) -> dict[int, list[float]]:
     try:
         while len(done) < settings.partitions:
             message = consumer.poll(1.0)
-            if message is None:
+            partition = None if message is None else message.partition()
+            if message is None or partition is None:
                 continue
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
-                    done.add(message.partition())
+                    done.add(partition)
                 continue
-            times[message.partition()].append(message.timestamp()[1] / 1000)
+            times[partition].append(message.timestamp()[1] / 1000)
     finally:
         consumer.close()
     return times
 
 
-def _prefill(client: Client, count: int) -> None:
+def _prefill(client: Client, count: int, partitions: int) -> float:
+    """Run ``count`` workflows through the engine so the tables hold state; the seconds it
+    took. Each partition runs its starts in order, so once the last one started on every
+    partition has completed, all have (a million take minutes: the wait scales with it)."""
     progress(f"running {count} workflows first, so the tables hold state")
-    last = ""
+    t0 = time.monotonic()
+    last: dict[int, str] = {}
     for n in range(count):
-        last = client.start(WORKFLOW, n, flush=False)
+        instance = f"pre-{n}"
+        client.start(WORKFLOW, n, instance_id=instance, flush=False)
+        last[expected_partition(instance.encode(), partitions)] = instance
+        if n and n % 100_000 == 0:
+            progress(f"started {n} ({n / (time.monotonic() - t0):.0f}/s)")
     client.flush()
-    client.wait_for_completion(last, timeout=600)
+    progress(f"started {count} in {time.monotonic() - t0:.0f}s; waiting for them to complete")
+    for instance in last.values():
+        client.wait_for_completion(instance, timeout=600 + count / 100)
+    took = time.monotonic() - t0
+    progress(f"{count} workflows ran in {took:.0f}s ({count / max(took, 1e-9):.0f}/s)")
+    return took
 
 
 def _gaps(times: dict[int, list[float]], partitions: set[int], t0: float, until: float) -> float:
@@ -229,6 +244,7 @@ def run_case(
     label: str,
     sig: signal.Signals,
     env: dict[str, str],
+    logs: Path | None = None,
 ) -> dict[str, Any]:
     namespace = harness.fresh_namespace("failover")
     settings = harness.create_topics(broker.bootstrap, namespace, params.partitions)
@@ -239,7 +255,7 @@ def run_case(
     ids = _ids_per_partition(params.partitions, rounds)
     try:
         with Client(settings=settings, timeout=60) as client:
-            _prefill(client, params.instances)
+            prefill_s = _prefill(client, params.instances, params.partitions)
             victims = _owned(victim)
             if "TURNSTILE_STANDBY_REPLICAS" in env:
                 progress(f"{label}: waiting for the standby copies of {sorted(victims)}")
@@ -263,17 +279,32 @@ def run_case(
             for instance in last:
                 client.wait_for_completion(instance, timeout=120)
         times = _status_times(settings)
-        takeover_records = sum(_restored(survivor)[restores_before:])
+        takeover = _restored(survivor)[restores_before:]
     finally:
         for proc in procs:
             proc.stop()
+            if logs is not None:
+                logs.mkdir(parents=True, exist_ok=True)
+                shutil.copy(proc.log_path, logs / f"{namespace}-{proc.log_path.name}")
         shutil.rmtree(work_dir, ignore_errors=True)
+    result = _row(params, label, times, victims, t0)
+    result["takeover_restored_records"] = sum(n for n, _ in takeover)
+    result["takeover_restore_s"] = round(sum(s for _, s in takeover), 2)
+    result["prefill_s"] = round(prefill_s, 1)
+    emit(result)
+    return result
+
+
+def _row(
+    params: Params, label: str, times: dict[int, list[float]], victims: set[int], t0: float
+) -> dict[str, Any]:
+    """The case's timings from the status records' timestamps."""
     # The longest silence of each of its partitions from the signal on: a SIGTERMed replica
     # still commits its last batch after the signal, so "the first record after it" would
     # be its own; the silence that follows until the new owner's first turn is the gap.
     resumed = [_gaps(times, {p}, t0, t0 + params.after_s) for p in victims]
     others = set(range(params.partitions)) - victims
-    result = {
+    return {
         "benchmark": "failover",
         "case": label,
         "params": asdict(params),
@@ -284,10 +315,7 @@ def run_case(
         "resumed_max_s": round(max(resumed), 3),
         "others_longest_gap_s": round(_gaps(times, others, t0, t0 + params.after_s), 3),
         "others_gap_before_s": round(_gaps(times, others, t0 - params.before_s + 1, t0), 3),
-        "takeover_restored_records": takeover_records,
     }
-    emit(result)
-    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -295,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap-servers", help="use this broker instead of a private one")
     parser.add_argument("--instances", type=int, default=Params.instances)
     parser.add_argument("--partitions", type=int, default=Params.partitions)
+    parser.add_argument("--logs", type=Path, help="keep the replicas' logs in this directory")
     parser.add_argument("--no-results-md", action="store_true", help="do not touch RESULTS.md")
     parser.add_argument(
         "--case", action="append", choices=[c[0] for c in CASES], help="only this case (repeat)"
@@ -307,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, sig, env in CASES:
             if args.case and label not in args.case:
                 continue
-            result = run_case(broker, params, label, sig, env)
+            result = run_case(broker, params, label, sig, env, args.logs)
             if not args.no_results_md:
                 results_md.add_failover(result)
     return 0

@@ -76,7 +76,8 @@ COLUMNS: dict[str, list[str]] = {
     "failover": [
         "date (UTC)", "commit", "machine", "load avg", "case", "params", "resumed s: p50 / max",
         "other replica's longest gap s (before: load alone)",
-        "changelog records the takeover restored",
+        "changelog records the takeover restored", "takeover restore s (from its log)",
+        "prefill s",
     ],
     "cluster-faults": [
         "date (UTC)", "commit", "SIGKILL the busiest leader s", "restart it s",

@@ -211,6 +211,8 @@ def add_failover(result: dict[str, Any]) -> None:
         f"{result['resumed_p50_s']} / {result['resumed_max_s']}",
         f"{result['others_longest_gap_s']} ({result['others_gap_before_s']})",
         result["takeover_restored_records"],
+        result.get("takeover_restore_s", ""),
+        result.get("prefill_s", ""),
     ]
     _add("failover", cells)
 
@@ -639,6 +641,12 @@ class Reading:
     shown: Callable[[Record], str]
 
 
+def _failover_instances(record: Record) -> str:
+    """The instances in state of a failover row, from its params cell ("instances=N, ...")."""
+    params = dict(p.split("=", 1) for p in record["values"]["params"].split(", "))
+    return f"{int(params['instances']):,}"
+
+
 READINGS: tuple[Reading, ...] = (
     Reading(
         "large-payloads", "a large payload's round trip (input, activity, output)",
@@ -659,13 +667,18 @@ READINGS: tuple[Reading, ...] = (
     Reading(
         "failover", "failover: SIGKILL of a replica to its partitions' next turn",
         lambda r: r["values"].get("case") == "SIGKILL, liveness",
-        lambda r: f"{r['values']['resumed s: p50 / max']} s (p50 / max over its partitions)",
+        lambda r: (
+            f"{r['values']['resumed s: p50 / max']} s (p50 / max over its partitions) with "
+            f"{_failover_instances(r)} instances in state; the takeover restored "
+            f"{r['values']['changelog records the takeover restored']} changelog records"
+        ),
     ),
     Reading(
         "failover", "failover with a standby replica: SIGKILL to the partitions' next turn",
         lambda r: r["values"].get("case") == "SIGKILL, liveness, standby",
         lambda r: (
-            f"{r['values']['resumed s: p50 / max']} s (p50 / max); the takeover restored "
+            f"{r['values']['resumed s: p50 / max']} s (p50 / max) with "
+            f"{_failover_instances(r)} instances in state; the takeover restored "
             f"{r['values']['changelog records the takeover restored']} changelog records"
         ),
     ),
