@@ -193,6 +193,9 @@ class ProcessorRunner:
         self._failed = False
         #: New partitions being fenced and restored beside the work (kafka.takeover).
         self._takeovers: list[Takeover[PartitionProcessor]] = []
+        #: The partitions the last revocation took from this replica while it processed
+        #: them (an eager rebalance's assignment often gives them straight back).
+        self._held_before: set[int] = set()
         self._stop: threading.Event | None = None
         #: Warm copies of partitions this replica would take over (``standby_replicas``).
         self.standbys: Standbys | None = None
@@ -641,7 +644,14 @@ class ProcessorRunner:
             self.ready = True
             return
         consumer.pause([tp for tp in assigned if tp.partition in new])
-        self._take_over(consumer, new)
+        # An eager rebalance revoked what this replica keeps too: those partitions' tables
+        # are current and restore in no time, so they must not wait for the ones that moved.
+        back = [p for p in new if p in self._held_before]
+        moved = [p for p in new if p not in self._held_before]
+        self._held_before = set()
+        for partitions in (back, moved):
+            if partitions:
+                self._take_over(consumer, partitions)
 
     def _take_over(self, consumer: Consumer, new: list[int]) -> None:
         # the group is asked here, before the restore would wait for what they left open
@@ -721,6 +731,7 @@ class ProcessorRunner:
         elif pending:
             self._abandon()
         gone = {tp.partition for tp in revoked}
+        self._held_before = gone & set(self.partitions)
         kept = self._cancel_takeovers(gone)
         if kept:
             self._take_over(consumer, kept)
