@@ -94,29 +94,20 @@ class _Api:
 
     async def query(self, request: Request) -> Response:
         """A query is a read (the handler changes nothing): open like the other reads."""
-        try:
-            body = await request.json() if await request.body() else {}
-        except json.JSONDecodeError:
-            return _error(400, "the request body is not JSON; send a JSON object")
-        if not isinstance(body, dict):
-            return _error(400, "the request body must be a JSON object")
+        body = await _object_body(request)
+        if isinstance(body, Response):
+            return body
         return await self._call(self.source.query, request.path_params["instance_id"], body)
 
     async def update(self, request: Request) -> Response:
         """An update changes the instance: an action (allowed actions, and the token)."""
-        refused = self._refusal(request)
-        if refused is not None:
-            return refused
-        body = await _object_body(request)
+        body = await self._action_body(request)
         if isinstance(body, Response):
             return body
         return await self._call(self.source.update, request.path_params["instance_id"], body)
 
     async def act(self, request: Request) -> Response:
-        refused = self._refusal(request)
-        if refused is not None:
-            return refused
-        body = await _object_body(request)
+        body = await self._action_body(request)
         if isinstance(body, Response):
             return body
         action, instance_id = request.path_params["action"], request.path_params["instance_id"]
@@ -125,6 +116,14 @@ class _Api:
         except TurnstileError as exc:
             return _error(_status_of(exc), str(exc))
         return JSONResponse(outcome.to_dict())
+
+    async def _action_body(self, request: Request) -> dict[str, Any] | Response:
+        """An action's JSON object, or the answer that refuses it (actions off, a wrong
+        token, a body that is not an object)."""
+        refused = self._refusal(request)
+        if refused is not None:
+            return refused
+        return await _object_body(request)
 
     def _refusal(self, request: Request) -> Response | None:
         if not self.allow_actions:

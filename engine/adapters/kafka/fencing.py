@@ -127,7 +127,3 @@ class Fencing:
             producer.flush(0)
         log.info("fenced %s: it left the group, its open transaction is aborted", transactional_id)
         return True
-
-    def fence_departed(self, consumer: Consumer, partitions: Sequence[TopicPartition]) -> int:
-        """Fence every departed owner of ``partitions``; how many were fenced."""
-        return sum(self.fence(owner) for owner in sorted(self.departed(consumer, partitions)))

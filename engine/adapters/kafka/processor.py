@@ -196,7 +196,6 @@ class ProcessorRunner:
         #: The partitions the last revocation took from this replica while it processed
         #: them (an eager rebalance's assignment often gives them straight back).
         self._held_before: set[int] = set()
-        self._stop: threading.Event | None = None
         #: Warm copies of partitions this replica would take over (``standby_replicas``).
         self.standbys: Standbys | None = None
         self._client_id = f"{settings.namespace}.processor.{settings.replica_id}"
@@ -272,7 +271,6 @@ class ProcessorRunner:
         """Run batches until ``stop`` is set. A Kafka failure (fenced, stalled past the
         transaction timeout, a broker that went away) recreates the clients and rejoins,
         within the bounds of :class:`Recovery`; anything else stops the replica."""
-        self._stop = stop
         if uses_consumer_protocol(self.settings):
             announce(self.settings)
         self._subscribe()
