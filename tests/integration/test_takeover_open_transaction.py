@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from engine_harness import EngineProcess, history_problems, running_engine, wait_until
 
-from engine.adapters.kafka.config import consumer_config, producer_config
+from engine.adapters.kafka.config import consumer_config, expected_partition, producer_config
 from engine.adapters.kafka.io import log_end_offsets
 from engine.cli.main import main
 from engine.core.history import EventRaised, RuntimeStatus
@@ -247,6 +247,11 @@ def test_partitions_move_across_three_replicas_killed_with_open_transactions(
         first, second = procs["processor-0"], procs["processor-1"]
         assert isinstance(first, EngineProcess) and isinstance(second, EngineProcess)
         wait_until(lambda: _completed(engine, expected) >= 20, 90, what="work to flow")
+        # processor-0 has committed on its own partitions (so its offsets name it, and its
+        # takeover fences it), not only its peers on theirs
+        owned = _held(first.current_log())
+        mine = {i: v for i, v in expected.items() if expected_partition(i.encode(), 6) in owned}
+        wait_until(lambda: _completed(engine, mine) >= 1, 90, what="processor-0 to commit")
         before = _restores(second)
         burst(1000)
         # besides the transactions the kills leave open, hold one open on every changelog
@@ -296,6 +301,18 @@ def test_partitions_move_across_three_replicas_killed_with_open_transactions(
 
 def procs_all(engine: object) -> list[EngineProcess]:
     return [p for p in engine.processors.values() if isinstance(p, EngineProcess)]  # type: ignore[attr-defined]
+
+
+def _held(log: str) -> set[int]:
+    """The partitions a replica holds, from the restores and revocations it logged."""
+    held: set[int] = set()
+    for line in log.splitlines():
+        for kind in (" restored: ", " revoked"):
+            if "partitions [" in line and kind in line:
+                inside = line.split("partitions [", 1)[1].split("]", 1)[0]
+                moved = {int(p) for p in inside.split(",") if p.strip()}
+                held = held | moved if kind == " restored: " else held - moved
+    return held
 
 
 def _completed(engine: object, instances: dict[str, object]) -> int:
