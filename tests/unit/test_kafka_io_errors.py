@@ -189,3 +189,69 @@ def test_calls_outside_a_transaction_are_refused(factory: Factory) -> None:
     for call in calls:
         with pytest.raises(Exception, match="begin"):
             call()
+
+
+class SlowOffsets(FakeProducer):
+    """Offsets take a while, as two round trips to the coordinators do: records are
+    produced meanwhile, and nothing else transactional may start before they are in."""
+
+    def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:
+        time.sleep(0.05)
+        super().send_offsets_to_transaction(offsets, metadata, timeout)
+
+
+def _slow_producer() -> tuple[TransactionalProducer, list[SlowOffsets]]:
+    made: list[SlowOffsets] = []
+
+    def factory(config: dict[str, Any]) -> Any:
+        made.append(SlowOffsets(config))
+        return made[-1]
+
+    producer = TransactionalProducer({}, "app.processor.r1", 0.5, producer_factory=factory)
+    producer.begin()
+    return producer, made
+
+
+def test_offsets_sent_while_producing_are_in_before_the_commit() -> None:
+    txn, made = _slow_producer()
+    txn.send_offsets([TopicPartition("t", 0, 5)], object(), wait=False)
+    txn.produce("t", b"k", b"v")
+    txn.commit()
+    calls = made[-1].calls
+    assert calls.index("produce") < calls.index("send_offsets") < calls.index("commit")
+    assert not txn.in_transaction
+
+
+def test_offsets_sent_while_producing_are_retried_and_abort_like_a_waited_call() -> None:
+    txn, made = _slow_producer()
+    made[-1].fail["send_offsets"] = [_error(KafkaError._TRANSPORT, retriable=True)]
+    txn.send_offsets([TopicPartition("t", 0, 5)], object(), wait=False)
+    txn.commit()
+    assert made[-1].calls.count("send_offsets") == 2 and made[-1].calls[-1] == "commit"
+
+    txn.begin()
+    made[-1].fail["send_offsets"] = [_error(KafkaError._STATE, txn_requires_abort=True)]
+    txn.send_offsets([TopicPartition("t", 0, 6)], object(), wait=False)
+    with pytest.raises(AbortedTransaction):
+        txn.commit()
+    assert made[-1].calls[-1] == "abort" and "commit" not in made[-1].calls[-2:]
+
+
+def test_an_abort_waits_for_offsets_still_being_sent() -> None:
+    txn, made = _slow_producer()
+    made[-1].fail["send_offsets"] = [_error(KafkaError._STATE, txn_requires_abort=True)]
+    txn.send_offsets([TopicPartition("t", 0, 5)], object(), wait=False)
+    txn.abort()  # the offsets' own error does not matter: the abort drops them
+    assert made[-1].calls[-2:] == ["send_offsets", "abort"]
+    assert not txn.in_transaction and len(made) == 1
+
+
+def test_a_producer_is_not_closed_under_offsets_still_being_sent() -> None:
+    txn, made = _slow_producer()
+    old = made[-1]
+    old.fail["produce"] = [_error(KafkaError._FATAL, fatal=True)]
+    txn.send_offsets([TopicPartition("t", 0, 5)], object(), wait=False)
+    with pytest.raises(AbortedTransaction):
+        txn.produce("t", b"k", b"v")
+    assert "send_offsets" in old.calls and old.closed, "closed only once the call returned"
+    assert len(made) == 2 and not txn.in_transaction
