@@ -21,8 +21,8 @@ COMMITTED_BATCH = [
     Step.ACCEPT,
     Step.TIMERS,
     Step.STEP,
-    Step.PRODUCE,
     Step.OFFSETS,
+    Step.PRODUCE,
     Step.COMMIT,
     Step.APPLY,
 ]
