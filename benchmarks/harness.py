@@ -121,30 +121,38 @@ def create_topics(bootstrap: str, namespace: str, partitions: int) -> Settings:
 @dataclass(frozen=True)
 class Replication:
     """How many brokers a cluster has and how a namespace's topics are replicated on it,
-    as the cluster describes them."""
+    as the cluster describes them; ``kafka_topics``: the same two numbers (replication
+    factor, ``min.insync.replicas``) for each of Kafka's own topics that exists."""
 
     brokers: int
     replication_factor: int
     min_insync_replicas: int
+    kafka_topics: dict[str, tuple[int, int]]
 
 
 def topic_replication(settings: Settings) -> Replication:
     """The replication factor and ``min.insync.replicas`` of every engine topic of the
-    settings' namespace, and of Kafka's own transaction and offset topics once they exist,
-    read back from the cluster: a cluster number is only what it says if every topic the
-    workload writes really has them. Raises if they disagree."""
+    settings' namespace, read back from the cluster: a cluster number is only what it says
+    if every topic the workload writes really has them. Raises if they disagree; Kafka's own
+    transaction and offset topics (the nodes' settings, not the spec's) are reported apart."""
     names = topic_names(settings.namespace).names()
     admin = admin_for(settings)
-    found = describe(admin, [*names, *KAFKA_INTERNAL_TOPICS])
+    found = {
+        name: (t.replication_factor, int(t.config.get(MIN_INSYNC, "1")))
+        for name, t in describe(admin, [*names, *KAFKA_INTERNAL_TOPICS]).items()
+    }
     missing = sorted(set(names) - set(found))
-    pairs = {(t.replication_factor, int(t.config.get(MIN_INSYNC, "1"))) for t in found.values()}
+    pairs = {found[name] for name in names if name in found}
     if missing or len(pairs) != 1:
         raise RuntimeError(
-            f"the topics of {settings.namespace} and Kafka's own are not replicated alike: "
-            f"{sorted(pairs)} (replication factor, min.insync.replicas), missing {missing}"
+            f"the topics of {settings.namespace} are not replicated alike: {sorted(pairs)} "
+            f"(replication factor, min.insync.replicas), missing {missing}; see which with "
+            f"'python -m engine topics check --bootstrap-servers {settings.bootstrap_servers} "
+            f"--namespace {settings.namespace} --partitions {settings.partitions}'"
         )
     ((replication, in_sync),) = pairs
-    return Replication(broker_count(admin), replication, in_sync)
+    kafka_topics = {name: found[name] for name in KAFKA_INTERNAL_TOPICS if name in found}
+    return Replication(broker_count(admin), replication, in_sync, kafka_topics)
 
 
 @dataclass
