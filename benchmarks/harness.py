@@ -48,11 +48,6 @@ class Broker:
         """Whether this run started it (a fresh JVM to warm up, its CPU to read)."""
         return self.pid is not None or bool(self.node_pids)
 
-    @property
-    def size(self) -> int:
-        """Its brokers: the nodes started here, else 1 (a given address is not counted)."""
-        return len(self.node_pids) or 1
-
 
 @contextlib.contextmanager
 def kafka(bootstrap: str | None = None, brokers: int = 1) -> Iterator[Broker]:
