@@ -14,7 +14,13 @@ Warm-up 100 + 50 unrecorded, then ``repeats`` x (throughput, latency); medians r
 Every result is checked (input + 3). The engine runs as subprocesses (one processor, one
 worker), and the CPU each of them, the broker and the client used is recorded per workflow.
 
+With ``--brokers 3`` both variants run on a private local cluster of three brokers
+(``engine.dev.local_cluster``): the engine's topics get replication factor 3 and
+``min.insync.replicas`` 2, read back from the cluster into every result, and the rows go to
+``benchmarks/results/chain3-cluster.jsonl``.
+
     .venv/bin/python benchmarks/chain3.py --variant inline [--bootstrap-servers HOST:PORT]
+    .venv/bin/python benchmarks/chain3.py --brokers 3
 """
 
 from __future__ import annotations
@@ -214,7 +220,9 @@ def warm_up_broker(broker: harness.Broker, partitions: int, rounds: int = 3) -> 
 
 
 def run(broker: harness.Broker, params: Params) -> dict[str, Any]:
-    """One variant end to end, in a fresh namespace with its own engine processes."""
+    """One variant end to end, in a fresh namespace with its own engine processes. The
+    result names the brokers and the topics' replication as the cluster describes them
+    after the run (Kafka's transaction and offset topics exist by then)."""
     with (
         harness.engine(
             broker,
@@ -228,11 +236,13 @@ def run(broker: harness.Broker, params: Params) -> dict[str, Any]:
     ):
         measured = measure(client, eng, params)
     measured["processor_progress"] = eng.processor_progress
+    replication = harness.topic_replication(eng.settings)
     result = {
         "benchmark": "chain3",
         "variant": params.variant,
         "workflow": params.workflow,
         "params": asdict(params),
+        **asdict(replication),
         "host": host_info(),
         "commit": git_commit(),
         **measured,
@@ -270,18 +280,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", choices=[*WORKFLOWS, "both"], default="both")
     parser.add_argument("--bootstrap-servers", help="use this broker instead of a private one")
+    parser.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        help="start a private local cluster of this many brokers (3: replication factor 3, "
+        "min.insync.replicas 2); rows go to results/chain3-cluster.jsonl",
+    )
     parser.add_argument("--no-results-md", action="store_true", help="do not touch RESULTS.md")
     add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.brokers > 1 and args.bootstrap_servers:
+        parser.error("--brokers starts a private cluster; give it or --bootstrap-servers")
     variants = list(WORKFLOWS) if args.variant == "both" else [args.variant]
     import results_md
 
-    with harness.kafka(args.bootstrap_servers) as broker:
-        if broker.pid is not None:
+    with harness.kafka(args.bootstrap_servers, brokers=args.brokers) as broker:
+        if broker.started_here:
             warm_up_broker(broker, args.partitions)
         for variant in variants:
             result = run(broker, params_from(args, variant))
-            if not args.no_results_md:
+            if args.no_results_md:
+                continue
+            if result["brokers"] > 1:
+                results_md.add_chain3_cluster(result, single=None)
+            else:
                 results_md.add_chain3(result, peer=None)
     return 0
 

@@ -23,29 +23,44 @@ from typing import IO
 
 from common import REPO, progress
 
-from engine.adapters.kafka.admin import apply
+from engine.adapters.kafka.admin import admin_for, apply, broker_count, describe
 from engine.config.settings import Settings, load_settings
-from engine.config.topics import load_spec
+from engine.config.topics import MIN_INSYNC, load_spec, topic_names
+from engine.dev.local_cluster import LocalKafkaCluster
 from engine.dev.local_kafka import LocalKafka
 
 PYTHON = sys.executable
+#: Kafka's own topics the workload writes to: transaction state, consumer offsets.
+KAFKA_INTERNAL_TOPICS = ("__transaction_state", "__consumer_offsets")
 
 
 @dataclass
 class Broker:
-    """A bootstrap address, and the broker's PID when this run started it."""
+    """A bootstrap address, and the broker's PID when this run started one broker
+    (``node_pids``: every node's, when it started a cluster)."""
 
     bootstrap: str
     pid: int | None = None
+    node_pids: tuple[int, ...] = ()
+
+    @property
+    def started_here(self) -> bool:
+        """Whether this run started it (a fresh JVM to warm up, its CPU to read)."""
+        return self.pid is not None or bool(self.node_pids)
 
 
 @contextlib.contextmanager
-def kafka(bootstrap: str | None = None) -> Iterator[Broker]:
-    """Use the given broker, or start a private one in a fresh data folder and stop it at
-    the end (a separate folder, so a developer's own local broker is left alone). The
-    folder is deleted unless the block failed: then its broker log is worth reading."""
+def kafka(bootstrap: str | None = None, brokers: int = 1) -> Iterator[Broker]:
+    """Use the given broker, or start a private one (``brokers`` > 1: a private local
+    cluster of that many) in a fresh data folder and stop it at the end (a separate folder,
+    so a developer's own local broker is left alone). The folder is deleted unless the
+    block failed: then its broker logs are worth reading."""
     if bootstrap:
         yield Broker(bootstrap)
+        return
+    if brokers > 1:
+        with _cluster(brokers) as cluster:
+            yield cluster
         return
     data_dir = Path(tempfile.mkdtemp(prefix="turnstile-bench-kafka-"))
     broker = LocalKafka(data_dir=data_dir, progress=progress)
@@ -62,6 +77,29 @@ def kafka(bootstrap: str | None = None) -> Iterator[Broker]:
             shutil.rmtree(data_dir, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _cluster(size: int) -> Iterator[Broker]:
+    """A private :class:`LocalKafkaCluster` of ``size`` nodes (each broker and controller),
+    in a fresh folder; every node is stopped at the end (all at once, see its ``stop``)."""
+    data_dir = Path(tempfile.mkdtemp(prefix="turnstile-bench-cluster-"))
+    cluster = LocalKafkaCluster(data_dir=data_dir, size=size, progress=progress)
+    failed = True
+    try:
+        address = cluster.start(timeout=240)
+        pids = tuple(s.pid for s in cluster.status() if s.pid is not None)
+        if len(pids) != size:
+            raise RuntimeError(f"only {len(pids)} of {size} brokers run; see {data_dir}")
+        progress(f"cluster of {size} brokers at {address} (pids {pids})")
+        yield Broker(address, node_pids=pids)
+        failed = False
+    finally:
+        cluster.stop()
+        if failed:
+            progress(f"kept the cluster's folder for inspection: {data_dir}")
+        else:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
 def fresh_namespace(prefix: str) -> str:
     """A namespace nobody used before: every run starts from empty topics and groups."""
     return f"bench-{prefix}-{uuid.uuid4().hex[:8]}"
@@ -73,6 +111,43 @@ def create_topics(bootstrap: str, namespace: str, partitions: int) -> Settings:
     )
     apply(load_spec(), settings)
     return settings
+
+
+@dataclass(frozen=True)
+class Replication:
+    """How many brokers a cluster has and how a namespace's topics are replicated on it,
+    as the cluster describes them; ``kafka_topics``: the same two numbers (replication
+    factor, ``min.insync.replicas``) for each of Kafka's own topics that exists."""
+
+    brokers: int
+    replication_factor: int
+    min_insync_replicas: int
+    kafka_topics: dict[str, tuple[int, int]]
+
+
+def topic_replication(settings: Settings) -> Replication:
+    """The replication factor and ``min.insync.replicas`` of every engine topic of the
+    settings' namespace, read back from the cluster: a cluster number is only what it says
+    if every topic the workload writes really has them. Raises if they disagree; Kafka's own
+    transaction and offset topics (the nodes' settings, not the spec's) are reported apart."""
+    names = topic_names(settings.namespace).names()
+    admin = admin_for(settings)
+    found = {
+        name: (t.replication_factor, int(t.config.get(MIN_INSYNC, "1")))
+        for name, t in describe(admin, [*names, *KAFKA_INTERNAL_TOPICS]).items()
+    }
+    missing = sorted(set(names) - set(found))
+    pairs = {found[name] for name in names if name in found}
+    if missing or len(pairs) != 1:
+        raise RuntimeError(
+            f"the topics of {settings.namespace} are not replicated alike: {sorted(pairs)} "
+            f"(replication factor, min.insync.replicas), missing {missing}; see which with "
+            f"'python -m engine topics check --bootstrap-servers {settings.bootstrap_servers} "
+            f"--namespace {settings.namespace} --partitions {settings.partitions}'"
+        )
+    ((replication, in_sync),) = pairs
+    kafka_topics = {name: found[name] for name in KAFKA_INTERNAL_TOPICS if name in found}
+    return Replication(broker_count(admin), replication, in_sync, kafka_topics)
 
 
 @dataclass
@@ -197,16 +272,20 @@ class Engine:
     work_dir: Path
     processes: list[EngineProcess]
     broker_pid: int | None = None
+    #: Every node's PID when this run started a cluster (their CPU is read per node).
+    node_pids: tuple[int, ...] = ()
     #: Filled when the block ends: the processor's own totals (see :func:`final_progress`).
     processor_progress: dict[str, float] | None = None
 
     @property
     def pids(self) -> dict[str, int]:
         """PIDs whose CPU a benchmark records: the engine processes and the broker (when
-        this run started it)."""
+        this run started it; ``broker-1`` ... for each node of a cluster it started)."""
         pids = {p.role: p.pid for p in self.processes}
         if self.broker_pid is not None:
             pids["broker"] = self.broker_pid
+        for number, pid in enumerate(self.node_pids, start=1):
+            pids[f"broker-{number}"] = pid
         return pids
 
     def check_alive(self) -> None:
@@ -242,7 +321,7 @@ def engine(
     ]
     if pin:
         os.sched_setaffinity(0, {1})
-    eng = Engine(settings, work_dir, processes, broker.pid)
+    eng = Engine(settings, work_dir, processes, broker.pid, broker.node_pids)
     failed = True
     try:
         if with_worker:

@@ -12,6 +12,13 @@ COLUMNS: dict[str, list[str]] = {
         "Restate wf/s, p50 ms", "ratio wf/s", "ratio p50",
         "ratios to the other peers (wf/s, p50)", "targets",
     ],
+    "chain3-cluster": [
+        "date (UTC)", "commit", "machine", "variant", "brokers", "replication factor",
+        "min.insync.replicas", "params", "wf/s", "act/s", "p50 ms", "p90 ms", "p99 ms",
+        "max ms", "CPU ms/wf (tp): processor / worker / brokers / client",
+        "CPU ms/wf (tp) per broker", "1 broker, same run: wf/s, p50 ms, p99 ms",
+        "vs 1 broker: wf/s", "vs 1 broker: p50", "vs 1 broker: p99",
+    ],
     "chain3-floor": [
         "date (UTC)", "commit", "machine", "params", "p50 ms", "mean ms", "client produce",
         "fetch wake-up", "turn", "txn produce", "txn send_offsets", "txn commit",

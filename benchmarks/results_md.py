@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from common import machine_line
+from results_cluster import cluster_cells, cluster_shown
 from results_columns import COLUMNS
 
 HERE = Path(__file__).resolve().parent
@@ -128,6 +129,9 @@ def _machine(host: dict[str, Any]) -> str:
     return machine_line(host)
 
 
+CHAIN3_PARAMS = ("n_throughput", "n_latency", "repeats", "warmup", "partitions", "pin")
+
+
 def add_chain3(
     result: dict[str, Any], peer: dict[str, Any] | None, comparison: dict[str, Any] | None = None
 ) -> None:
@@ -135,9 +139,7 @@ def add_chain3(
     ratios to every peer of the variant and the targets (``peers.ratios``)."""
     med = result["median"]
     cpu = med.get("cpu_ms_per_workflow_throughput", {})
-    params = _params(
-        result["params"], ("n_throughput", "n_latency", "repeats", "warmup", "partitions", "pin")
-    )
+    params = _params(result["params"], CHAIN3_PARAMS)
     theirs = peer or {}
     peer_cell = (
         f"{theirs.get('workflows_per_s')}, {theirs.get('p50_ms')}" if peer is not None else None
@@ -162,6 +164,12 @@ def add_chain3(
         *_comparison_cells(comparison),
     ]
     _add("chain3", cells)
+
+
+def add_chain3_cluster(result: dict[str, Any], single: dict[str, Any] | None) -> None:
+    """A chain3 variant on a cluster; ``single``: its single-broker result of the same run."""
+    cells = cluster_cells(result, _params(result["params"], CHAIN3_PARAMS), single)
+    _add("chain3-cluster", [_date(result), result["commit"], _machine(result["host"]), *cells])
 
 
 def _comparison_cells(comparison: dict[str, Any] | None) -> list[str | None]:
@@ -648,6 +656,8 @@ def _failover_instances(record: Record) -> str:
 
 
 READINGS: tuple[Reading, ...] = (
+    *(Reading("chain3-cluster", f"chain3 {v} on a local cluster", _variant(v), cluster_shown)
+      for v in ("inline", "activities")),
     Reading(
         "large-payloads", "a large payload's round trip (input, activity, output)",
         lambda r: True,

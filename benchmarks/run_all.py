@@ -1,5 +1,5 @@
 """Every benchmark in one command: chain3 (inline, activities), fan-out, replay, restore,
-restart, scale.
+restart, scale, and chain3 on a 3-broker cluster.
 
     .venv/bin/python benchmarks/run_all.py            # full sizes, adds to benchmarks/results/
     .venv/bin/python benchmarks/run_all.py --peers    # also Restate, DBOS, Temporal: ratios
@@ -9,7 +9,10 @@ It starts its own Kafka broker (in a fresh temporary folder, stopped at the end)
 ``--bootstrap-servers`` is given, and the engine processes for each benchmark. Results are
 JSON lines on stdout, progress on stderr. Order matters on two shared cores: the peers run
 first and have stopped before anything of ours starts; replay (CPU only) runs before the
-broker starts; nothing runs concurrently with anything else.
+broker starts; nothing runs concurrently with anything else. chain3 on a cluster
+(``cluster``) runs last, on a private local cluster of three brokers started once the
+single broker has stopped, and its rows carry the ratios to the single-broker chain3 of
+the same run.
 
 A ``--quick`` run does not touch RESULTS.md unless ``--results-md`` is given: smoke-run
 numbers are not results.
@@ -36,7 +39,11 @@ import results_md
 import scale
 from common import emit, git_commit, host_info, progress
 
-BENCHMARKS = ("chain3", "fanout", "replay", "restore", "restart", "scale")
+BENCHMARKS = ("chain3", "fanout", "replay", "restore", "restart", "scale", "cluster")
+#: The benchmarks that run on the single broker (``run_kafka_benchmarks``).
+SINGLE_BROKER = {"chain3", "fanout", "restore", "restart", "scale"}
+#: The brokers of the ``cluster`` run (replication factor 3, ``min.insync.replicas`` 2).
+CLUSTER_BROKERS = 3
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -132,6 +139,32 @@ def run_kafka_benchmarks(
     return out
 
 
+def run_cluster(args: argparse.Namespace, failures: list[str]) -> list[dict[str, Any]]:
+    """chain3 (inline, activities) on a private local cluster of three brokers, warmed up
+    like the single broker; always a cluster of its own, even with ``--bootstrap-servers``."""
+    out: list[dict[str, Any]] = []
+    with harness.kafka(brokers=CLUSTER_BROKERS) as cluster:
+        if not args.quick:
+            attempt(
+                "cluster warm-up",
+                lambda: chain3.warm_up_broker(cluster, args.partitions),
+                failures,
+            )
+        for variant in chain3.WORKFLOWS:
+            params = chain3_params(args, variant)
+            result = attempt(
+                f"cluster chain3.{variant}", partial(chain3.run, cluster, params), failures
+            )
+            if result is not None:
+                out.append(result)
+    return out
+
+
+def single_broker(result: dict[str, Any], out: dict[str, Any]) -> dict[str, Any] | None:
+    """The single-broker chain3 result of the same variant in this run, if it ran."""
+    return next((r for r in out.get("chain3", []) if r["variant"] == result["variant"]), None)
+
+
 def peer_baseline(result: dict[str, Any], peer_results: dict[str, Any]) -> dict[str, Any] | None:
     """The peer median our variant is compared with in RESULTS.md (None if it did not run)."""
     stem = peers.BASELINE.get(result["variant"])
@@ -143,6 +176,8 @@ def write_results_md(out: dict[str, Any], peer_results: dict[str, Any]) -> None:
     for result in out.get("chain3", []):
         comparison = peers.ratios(result, peer_results) if peer_results else None
         results_md.add_chain3(result, peer_baseline(result, peer_results), comparison)
+    for result in out.get("cluster", []):
+        results_md.add_chain3_cluster(result, single_broker(result, out))
     if "fanout" in out:
         results_md.add_fanout(out["fanout"])
     if "replay" in out:
@@ -172,6 +207,11 @@ def summary(out: dict[str, Any], peer_outcome: dict[str, Any] | None) -> dict[st
                     f"{target['verdict']} ({target['ratio']}x)"
                 )
         lines[f"chain3.{result['variant']}"] = entry
+    for result in out.get("cluster", []):
+        lines[f"cluster.chain3.{result['variant']}"] = {
+            "median": result["median"],
+            **{k: result[k] for k in ("brokers", "replication_factor", "min_insync_replicas")},
+        }
     if targets:
         lines["targets"] = targets
     if "fanout" in out:
@@ -208,7 +248,13 @@ def main(argv: list[str] | None = None) -> int:
         result = attempt("replay", lambda: replay.run(1000, 0.5 if args.quick else 2.0), failures)
         if result is not None:
             out["replay"] = result
-    out.update(run_kafka_benchmarks(args, wanted, failures))
+    if wanted & SINGLE_BROKER:
+        out.update(run_kafka_benchmarks(args, wanted, failures))
+    if "cluster" in wanted:
+        progress(f"chain3 on a cluster of {CLUSTER_BROKERS} brokers")
+        cluster = attempt("cluster", lambda: run_cluster(args, failures), failures)
+        if cluster:
+            out["cluster"] = cluster
     final = summary(out, peer_outcome)
     final["failed"] = failures
     emit(final)
