@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import textwrap
 from collections.abc import Callable, Iterable
@@ -30,6 +29,7 @@ from typing import Any
 from common import machine_line
 from results_cluster import cluster_cells, cluster_shown
 from results_columns import COLUMNS
+from results_targets import TARGETS, Record, Target, variant_is
 
 HERE = Path(__file__).resolve().parent
 PATH = HERE / "RESULTS.md"
@@ -48,8 +48,6 @@ FIELDS = {
     "load avg (1/5/15 min)": "load",
     "load avg": "load",
 }
-
-Record = dict[str, Any]
 
 
 # --- the data files ---------------------------------------------------------------------
@@ -399,220 +397,10 @@ def add_floor(result: dict[str, Any]) -> None:
 
 # --- the summary -----------------------------------------------------------------------------
 
-NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-
-
-def number(cell: str | None) -> float | None:
-    """The first number of a cell (``"4.44x"``, ``"5.8 %"``, ``"83010 (112022)"``)."""
-    found = NUMBER.search(cell or "")
-    return float(found.group()) if found else None
-
 
 def _newest(records: Iterable[Record]) -> Record | None:
     """The newest record (dates are ISO text, so they sort as they read)."""
     return max(records, key=lambda r: r["date"] or "", default=None)
-
-
-@dataclass(frozen=True)
-class Target:
-    """A performance target: which rows measure it, and how to read their measurement."""
-
-    benchmark: str
-    label: str
-    target: str
-    limit: float
-    at_most: bool  # the measurement must stay at or under the limit (else at or above it)
-    qualifies: Callable[[Record], bool]
-    measure: Callable[[Record], float | None]
-    shown: Callable[[Record], str]
-    benchmarks: tuple[str, ...] = ()  # where to look, when not only in ``benchmark``
-
-
-def _variant(name: str) -> Callable[[Record], bool]:
-    return lambda r: r["values"].get("variant") == name
-
-
-def _peer_ratio(peer: str) -> Callable[[Record], float | None]:
-    def measure(r: Record) -> float | None:
-        found = re.search(rf"{re.escape(peer)} ([\d.]+)x", r["values"].get(_OTHERS, ""))
-        return float(found.group(1)) if found else None
-
-    return measure
-
-
-def _value(column: str) -> Callable[[Record], float | None]:
-    return lambda r: number(r["values"].get(column))
-
-
-_OTHERS = "ratios to the other peers (wf/s, p50)"
-
-
-def _chain3(variant: str, label: str, target: str, limit: float, **reading: Any) -> Target:
-    measure = reading.get("measure", _value("ratio wf/s"))
-    at_most = reading.get("at_most", False)
-    shown: Callable[[Record], str] = reading.get(
-        "shown",
-        lambda r: f"{r['values']['wf/s']} wf/s, {r['values']['ratio wf/s']} Restate's",
-    )
-    return Target(
-        "chain3",
-        f"chain3 {variant}",
-        target,
-        limit,
-        at_most,
-        lambda r: _variant(variant)(r) and measure(r) is not None,
-        measure,
-        shown,
-    )
-
-
-def _p50_vs_restate(r: Record) -> str:
-    return f"p50 {r['values']['p50 ms']} ms, {r['values']['ratio p50']} Restate's"
-
-
-def _vs_temporal(r: Record) -> str:
-    ratio = _peer_ratio("temporal-activities")(r)
-    return f"{r['values']['wf/s']} wf/s, {ratio:.2f}x Temporal `activities`"
-
-
-def _replay(workload: str) -> Target:
-    return Target(
-        "replay",
-        f"replay {workload}",
-        "decode + executor >= 300,000 events/s per core",
-        300_000,
-        False,
-        lambda r: r["values"].get("workload") == workload,
-        _value("decode + executor ev/s"),
-        lambda r: f"{r['values']['decode + executor ev/s']} events/s (best in brackets)",
-    )
-
-
-def _scale(variant: str) -> Target:
-    return Target(
-        "scale",
-        f"scale {variant}",
-        "32 partitions x 1 replica no slower than 8 x 1",
-        1.0,
-        False,
-        lambda r: _variant(variant)(r) and r["values"].get("partitions x replicas") == "32 x 1",
-        _value("ratio wf/s"),
-        lambda r: f"{r['values']['wf/s']} wf/s, {r['values']['ratio wf/s']} of 8 x 1",
-    )
-
-
-def _instances(count: int) -> Callable[[Record], bool]:
-    return lambda r: f"instances={count}," in r["values"].get("params", "")
-
-
-def _slowest_vs_none(r: Record) -> float | None:
-    return number(r["values"].get("throughput vs none"))
-
-
-def _rate_spread(r: Record) -> float | None:
-    """How far the busiest or quietest 10 s of a rate-limited queue strayed from the limit."""
-    shares = [float(x) for x in re.findall(r"\((\d\.\d+)\)", r["values"].get("variant", ""))]
-    return max(abs(s - 1) for s in shares) if shares else None
-
-
-TARGETS: tuple[Target, ...] = (
-    _chain3("inline", "inline", "wf/s >= 8x Restate", 8.0),
-    _chain3(
-        "inline", "inline", "p50 <= 0.7x Restate", 0.7,
-        measure=_value("ratio p50"), at_most=True, shown=_p50_vs_restate,
-    ),
-    _chain3("activities", "activities", "wf/s >= 3x Restate", 3.0),
-    _chain3(
-        "activities", "activities", "wf/s >= 30x Temporal `activities`", 30.0,
-        measure=_peer_ratio("temporal-activities"), shown=_vs_temporal,
-    ),
-    _chain3(
-        "activities", "activities", "p50 <= 2x Restate", 2.0,
-        measure=_value("ratio p50"), at_most=True, shown=_p50_vs_restate,
-    ),
-    _replay("chain_1000"),
-    _replay("fan_out_1000"),
-    Target(
-        "restore", "restore 100,000 instances", "within 10 s", 10.0, True,
-        _instances(100_000), _value("restore s"),
-        lambda r: f"{r['values']['restore s']} s",
-        benchmarks=("restore", "restore-replica"),
-    ),
-    Target(
-        "restore-replica", "restore 1,000,000 instances", "within 20 s of the replica's CPU",
-        20.0, True, _instances(1_000_000), _value("CPU s: replica / broker / machine"),
-        lambda r: (
-            f"{number(r['values']['CPU s: replica / broker / machine'])} replica CPU-s "
-            f"({r['values']['restore s']} s wall, load {r['load']})"
-        ),
-    ),
-    Target(
-        "idle", "idle engine", "broker + processor + worker <= 2 % of a core", 2.0, True,
-        lambda r: True, _value("together"),
-        lambda r: (
-            f"{r['values']['together']} (broker {r['values']['broker']}, processor "
-            f"{r['values']['processor']}, worker {r['values']['worker']})"
-        ),
-    ),
-    Target(
-        "idle", "idle wake-up", "first workflow after silence <= 1.5x busy p50", 1.5, True,
-        lambda r: True, _value("wake-up / p50"),
-        lambda r: (
-            f"{r['values']['wake-up ms']} ms against {r['values']['busy p50 ms']} ms: "
-            f"{r['values']['wake-up / p50']}x"
-        ),
-    ),
-    Target(
-        "queries", "query round trip", "query p50 <= 2x start-to-outcome p50", 2.0, True,
-        lambda r: True, _value("query p50 / start p50"),
-        lambda r: (
-            f"{r['values']['query p50 / p99 ms']} ms against "
-            f"{r['values']['start-to-outcome p50 / p99 ms']} ms (p50 / p99): "
-            f"{r['values']['query p50 / start p50']}x"
-        ),
-    ),
-    Target(
-        "updates", "update round trip", "update p50 <= 2x start-to-outcome p50 (one turn more)",
-        2.0, True, lambda r: True, _value("update p50 / start p50"),
-        lambda r: (
-            f"{r['values']['update p50 / p99 ms']} ms against "
-            f"{r['values']['start-to-outcome p50 / p99 ms']} ms (p50 / p99): "
-            f"{r['values']['update p50 / start p50']}x"
-        ),
-    ),
-    _scale("inline"),
-    _scale("activities"),
-    Target(
-        "cache-pressure", "2x the cache in flight", "wf/s >= 0.9x of when they fit", 0.9, False,
-        lambda r: True, _value("over the cache / fits wf/s"),
-        lambda r: r["values"]["over the cache / fits wf/s"] + "x of the wf/s when they fit"),
-    Target(
-        "metrics-overhead", "metrics", "<= 5 % of the processor's CPU per workflow", 5.0, True,
-        lambda r: "%" in r["values"].get("share of 0.33 ms", ""), _value("share of 0.33 ms"),
-        lambda r: f"{r['values']['share of 0.33 ms']} (batch of {r['values']['batch']})",
-    ),
-    Target(
-        "observability-overhead", "traces, every run recorded",
-        "throughput >= 0.95x without", 0.95, False,
-        lambda r: r["values"].get("variant") == "metrics + tracing", _slowest_vs_none,
-        lambda r: f"{r['values']['throughput vs none']}x, CPU {r['values']['CPU vs none']}x",
-    ),
-    Target(
-        "observability-overhead", "traces, 10 % sampled", "throughput >= 0.95x without",
-        0.95, False,
-        lambda r: r["values"].get("variant") == "metrics + tracing, 10 % sampled",
-        _slowest_vs_none,
-        lambda r: f"{r['values']['throughput vs none']}x, CPU {r['values']['CPU vs none']}x",
-    ),
-    Target("payload-codecs", "zstd + aes-gcm, 10 KB", "throughput >= 0.90x without", 0.90,
-           False, _variant("zstd, aes-gcm"), _slowest_vs_none,
-           lambda r: f"{r['values']['wf/s']} wf/s, {r['values']['throughput vs none']}x"),
-    Target(
-        "activities", "task queue rate limit", "every 10 s within 10 % of the limit", 0.10,
-        True, lambda r: _rate_spread(r) is not None, _rate_spread,
-        lambda r: f"at most {_rate_spread(r):.1%} off",
-    ),
-)  # fmt: skip
 
 
 def _run_cell(record: Record) -> str:
@@ -633,9 +421,10 @@ def _target_row(target: Target, folder: Path) -> str:
     measured = target.measure(newest)
     assert measured is not None, (target.label, newest)
     met = measured <= target.limit if target.at_most else measured >= target.limit
+    verdict = "**met**" if met else f"not met: {target.limits}" if target.limits else "not met"
     return (
         f"| {target.label} | {target.target} | {target.shown(newest)} | {_run_cell(newest)} "
-        f"| {'**met**' if met else 'not met'} |"
+        f"| {verdict} |"
     )
 
 
@@ -656,7 +445,7 @@ def _failover_instances(record: Record) -> str:
 
 
 READINGS: tuple[Reading, ...] = (
-    *(Reading("chain3-cluster", f"chain3 {v} on a local cluster", _variant(v), cluster_shown)
+    *(Reading("chain3-cluster", f"chain3 {v} on a local cluster", variant_is(v), cluster_shown)
       for v in ("inline", "activities")),
     Reading(
         "large-payloads", "a large payload's round trip (input, activity, output)",
@@ -758,7 +547,7 @@ def summary_markdown(folder: Path = RESULTS_DIR) -> str:
         "work), so compare runs of the same day and peers only as ratios measured in one run.",
         f"What limits each number, and the dated analyses: [Performance]({NOTES}/index.md).",
         "",
-        "| benchmark | target | newest | run (UTC, commit) | |",
+        "| benchmark | target | newest | run (UTC, commit) | met, or what limits it |",
         "|---|---|---|---|---|",
         *(_target_row(t, folder) for t in TARGETS),
         "",

@@ -61,7 +61,7 @@ def test_a_new_row_goes_to_its_data_file_and_into_the_summary(tmp_path: Path) ->
     text = summary.read_text(encoding="utf-8")
     assert "| chain3 inline | wf/s >= 8x Restate | 2000.0 wf/s, 10.00x Restate's " in text
     assert "| 2030-01-01 10:00, abc1234 | **met** |" in text
-    assert "| chain3 inline | p50 <= 0.7x Restate | p50 10.0 ms, 0.50x Restate's" in text
+    assert "| chain3 inline | p50 <= 0.8x Restate | p50 10.0 ms, 0.50x Restate's" in text
     assert "8x Test CPU" in " ".join(text.split())  # in the machines line
     assert "| 2030-01-01 10:00:00 | abc1234 | 8x Test CPU | inline |" in (
         results_md.table_markdown("chain3", folder)
@@ -75,7 +75,8 @@ def test_a_target_not_reached_is_not_met(tmp_path: Path) -> None:
     )
     text = (tmp_path / "R.md").read_text(encoding="utf-8")
     assert "| chain3 inline | wf/s >= 8x Restate | 2000.0 wf/s, 2.00x Restate's " in text
-    assert "2.00x Restate's | 2030-01-01 10:00, abc1234 | not met |" in text
+    assert "2.00x Restate's | 2030-01-01 10:00, abc1234 | not met: two cores shared" in text
+    assert "](../docs/explanation/performance/chain3.md#what-limits-the-targets)) |" in text
     assert "| chain3 activities | wf/s >= 3x Restate | not measured yet | | |" in text
 
 
