@@ -13,9 +13,7 @@ of the turn and of each transaction phase. Segments, as means per instance:
 - ``fetch_wakeup``: acknowledged -> the processor's turn began (processor clock, 1 ms
   resolution, so +0.5 ms; it can overlap the acknowledgement);
 - ``turn``, ``txn_produce``, ``txn_send_offsets``, ``txn_commit``: the processor's own
-  measurements of protocol steps 4-7 (since the offsets are sent while the records are
-  produced, ``txn_send_offsets`` is only the start of that call; waiting for it is part of
-  ``txn_commit``);
+  measurements of protocol steps 4-7;
 - ``status_read``: the rest: commit returned -> the client has the status (the broker
   writing the commit markers, the status reader's fetch, decoding, waking the waiter).
 

@@ -50,7 +50,7 @@ _FAST = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 _SLOW = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 _BATCH = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500)
 #: The commit protocol's steps that are phases of the transaction.
-PHASES = (Step.OFFSETS, Step.PRODUCE, Step.COMMIT)
+PHASES = (Step.PRODUCE, Step.OFFSETS, Step.COMMIT)
 
 M = TypeVar("M", Counter, Gauge, Histogram)
 

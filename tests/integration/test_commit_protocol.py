@@ -21,8 +21,8 @@ COMMITTED_BATCH = [
     Step.ACCEPT,
     Step.TIMERS,
     Step.STEP,
-    Step.OFFSETS,
     Step.PRODUCE,
+    Step.OFFSETS,
     Step.COMMIT,
     Step.APPLY,
 ]

@@ -21,9 +21,9 @@ class Step(StrEnum):
     ACCEPT = "accept"  # 2. validate each record (or dead-letter it) and route it
     TIMERS = "timers"  # 3. fire the timers that are due
     STEP = "step"  # 4. run each touched instance once, collect the batch's output
-    OFFSETS = "offsets"  # 5. start adding the consumed offsets to the transaction
-    PRODUCE = "produce"  # 6. produce the output inside the transaction, meanwhile
-    COMMIT = "commit"  # 7. commit the transaction, once the offsets are in
+    PRODUCE = "produce"  # 5. produce the output inside the transaction
+    OFFSETS = "offsets"  # 6. add the consumed offsets to the transaction
+    COMMIT = "commit"  # 7. commit the transaction
     APPLY = "apply"  # 8. write the committed table changes to the local store
     ABORT = "abort"  # the transaction failed: drop the batch, redo its input
 
