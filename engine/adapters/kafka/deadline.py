@@ -35,7 +35,6 @@ __all__ = [
     "STUCK_EXIT_CODE",
     "CallDeadlineExceeded",
     "DeadlineCaller",
-    "Pending",
     "close_within",
     "end_process_stuck",
     "ends_process_if_stuck",
@@ -71,10 +70,7 @@ def end_process_stuck(reason: str) -> NoReturn:
     os._exit(STUCK_EXIT_CODE)
 
 
-class Pending(Generic[T]):
-    """A call handed to the call thread (:meth:`DeadlineCaller.start`): its result or
-    error once ``done`` is set; :meth:`DeadlineCaller.wait` for it."""
-
+class _Job(Generic[T]):
     def __init__(self, call: Callable[[], T]) -> None:
         self.call = call
         self.done = threading.Event()
@@ -99,11 +95,11 @@ class _CallThread:
     """One daemon thread that runs submitted jobs in order until it is retired."""
 
     def __init__(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue[Pending[Any] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Job[Any] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, job: Pending[Any]) -> None:
+    def submit(self, job: _Job[Any]) -> None:
         self._jobs.put(job)
 
     def retire(self) -> None:
@@ -136,30 +132,17 @@ class DeadlineCaller:
     def call(self, what: str, timeout_s: float, fn: Callable[[], T]) -> T:
         """``fn()`` (a librdkafka call given ``timeout_s``), or :class:`CallDeadlineExceeded`
         once ``timeout_s + grace_s`` passed without it returning."""
-        return self.wait(self.start(fn), what, timeout_s)
-
-    def start(self, fn: Callable[[], T]) -> Pending[T]:
-        """Start ``fn()`` on the call thread and return at once; :meth:`wait` for its
-        result. The caller may go on with other calls on the same client meanwhile (a
-        producer's ``produce`` while its offsets are being sent), never with another
-        blocking call: those run one at a time, in order."""
         if self._thread is None:
             self._calls += 1
             self._thread = _CallThread(f"kafka-call-{self.name}-{self._calls}")
-        job: Pending[T] = Pending(fn)
+        job: _Job[T] = _Job(fn)
         self._thread.submit(job)
-        return job
-
-    def wait(self, job: Pending[T], what: str, timeout_s: float) -> T:
-        """The result of a started call, or :class:`CallDeadlineExceeded` once
-        ``timeout_s + grace_s`` passed (from now) without it returning."""
         deadline = timeout_s + self.grace_s
         if job.done.wait(deadline):
             return job.result()
         # The thread stays inside the call; the next call gets a thread of its own.
-        if self._thread is not None:
-            self._thread.retire()
-            self._thread = None
+        self._thread.retire()
+        self._thread = None
         self.abandoned += 1
         reason = f"{what} on {self.name} did not return within {deadline:.1f}s"
         if self.abandoned > self.max_abandoned:

@@ -47,7 +47,6 @@ from confluent_kafka import (
 from engine.adapters.kafka.deadline import (
     CallDeadlineExceeded,
     DeadlineCaller,
-    Pending,
     close_within,
     end_process_stuck,
 )
@@ -169,9 +168,6 @@ class TransactionalProducer:
         self._open = False
         self._delivered: list[Delivered] = []
         self._failed: list[str] = []
-        #: Offsets being sent while the transaction's records are produced (their first
-        #: attempt, and the call to repeat if it must be retried).
-        self._offsets: tuple[Pending[None], Callable[[float], None]] | None = None
         #: Records of the current transaction the broker refused: (topic, key, error).
         self.refused: list[tuple[str, bytes | None, KafkaError]] = []
         self.last_delivered: list[Delivered] = []
@@ -209,12 +205,6 @@ class TransactionalProducer:
         is still inside it.
         """
         log.warning("recreating transactional producer %s: %s", self.transactional_id, reason)
-        if not stuck:  # a call still running on the old producer must end before it closes
-            try:
-                self._finish_offsets()
-            except CallDeadlineExceeded:
-                stuck = True
-        self._offsets = None
         self._open = False
         old = self._producer
         self._stuck = stuck  # until a new producer replaced it, close() must not touch it
@@ -339,36 +329,18 @@ class TransactionalProducer:
             self._failed.append(f"{message.topic()}: {error}")
             self.refused.append((str(message.topic()), message.key(), error))
 
-    def send_offsets(
-        self, offsets: Iterable[TopicPartition], group_metadata: Any, *, wait: bool = True
-    ) -> None:
-        """Commit these consumer offsets with the transaction (next offsets to read).
-
-        With ``wait=False`` the call (two round trips: AddOffsetsToTxn to the transaction
-        coordinator, TxnOffsetCommit to the group's) goes on on the call thread while the
-        caller produces the transaction's records; :meth:`commit` and :meth:`abort` wait for
-        it first. Nothing about the transaction changes: the offsets are still in it or
-        not, with its records, when it ends."""
+    def send_offsets(self, offsets: Iterable[TopicPartition], group_metadata: Any) -> None:
+        """Commit these consumer offsets with the transaction (next offsets to read)."""
         self._require_open("send_offsets")
         valid = [tp for tp in offsets if tp.offset >= 0]
         if not valid:
             return
-
-        def call(budget: float) -> None:
-            self._producer.send_offsets_to_transaction(valid, group_metadata, budget)
-
-        if wait:
-            self._call_in_txn("send_offsets_to_transaction", call)
-        else:
-            self._offsets = (self._calls.start(partial(call, self.timeout_s)), call)
-
-    def _await_offsets(self) -> None:
-        """Wait for offsets sent with ``wait=False`` (an error is handled as if the call had
-        been waited for where it was made)."""
-        if self._offsets is not None:
-            started, call = self._offsets
-            self._offsets = None
-            self._call_in_txn("send_offsets_to_transaction", call, started=started)
+        self._call_in_txn(
+            "send_offsets_to_transaction",
+            lambda budget: self._producer.send_offsets_to_transaction(
+                valid, group_metadata, budget
+            ),
+        )
 
     def commit(self) -> list[Delivered]:
         """Commit the transaction; returns where its records were written.
@@ -377,7 +349,6 @@ class TransactionalProducer:
         is then aborted, or the producer recreated): drop pending changes and seek back.
         """
         self._require_open("commit")
-        self._await_offsets()
         self._call_in_txn("commit_transaction", self._producer.commit_transaction)
         self._open = False
         self._producer.poll(0)
@@ -388,8 +359,6 @@ class TransactionalProducer:
     def abort(self) -> None:
         """Abort the open transaction (recreating the producer if the abort cannot finish)."""
         self._require_open("abort")
-        if not self._drain_offsets():
-            return  # the producer was recreated, which ended the transaction
         deadline = time.monotonic() + self.timeout_s
         while True:
             budget = max(deadline - time.monotonic(), 0.001)
@@ -411,30 +380,6 @@ class TransactionalProducer:
         self._open = False
         self._delivered = []
         self._producer.poll(0)
-
-    def _drain_offsets(self) -> bool:
-        """Before an abort: let offsets still being sent finish (two transactional calls
-        never run at once), whatever their outcome - the abort drops them anyway. False when
-        the call was stuck and the producer had to be recreated."""
-        try:
-            self._finish_offsets()
-        except CallDeadlineExceeded as exc:
-            self._recreate(str(exc), stuck=True)
-            self._delivered = []
-            return False
-        return True
-
-    def _finish_offsets(self) -> None:
-        """Wait for offsets still being sent, ignoring their outcome (the transaction is
-        being aborted); :class:`CallDeadlineExceeded` when the call is stuck."""
-        if self._offsets is None:
-            return
-        started, _ = self._offsets
-        self._offsets = None
-        try:
-            self._calls.wait(started, "send_offsets_to_transaction", self.timeout_s)
-        except KafkaException as exc:
-            log.debug("offsets sent before an abort failed (the abort drops them): %s", exc)
 
     @property
     def delivered(self) -> list[Delivered]:
@@ -458,18 +403,13 @@ class TransactionalProducer:
 
     # --- error handling ---------------------------------------------------------------------
 
-    def _call_in_txn(
-        self, what: str, call: Callable[[float], T], *, started: Pending[T] | None = None
-    ) -> T:
-        """Run a transactional call, retrying retriable errors within the time budget
-        (``started``: its first attempt, already running on the call thread)."""
+    def _call_in_txn(self, what: str, call: Callable[[float], T]) -> T:
+        """Run a transactional call, retrying retriable errors within the time budget."""
         deadline = time.monotonic() + self.timeout_s
         while True:
             budget = max(deadline - time.monotonic(), 0.001)
-            job = started if started is not None else self._calls.start(partial(call, budget))
-            started = None
             try:
-                return self._calls.wait(job, what, budget)
+                return self._calls.call(what, budget, partial(call, budget))
             except CallDeadlineExceeded as exc:
                 self._recreate(str(exc), stuck=True)
                 raise AbortedTransaction(

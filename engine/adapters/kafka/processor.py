@@ -491,20 +491,17 @@ class ProcessorRunner:
             return
         try:
             self._producer.begin()
-            # 5. add the consumed offsets to the transaction: sent on the producer's call
-            # thread while step 6 produces (their two round trips overlap the records')
-            if offsets:
-                self._producer.send_offsets(
-                    offsets, self._consumer.consumer_group_metadata(), wait=False
-                )
-            t = self._observe(Step.OFFSETS, t, len(offsets))
-            # 6. produce the batch's output inside the transaction (a record over the
+            # 5. produce the batch's output inside the transaction (a record over the
             # record limit or refused up front raises InstanceTurnError for its origin)
             produce_batch(
                 self._producer, outputs, self.env.limits.record, self._wire, self._tracked
             )
             t = self._observe(Step.PRODUCE, t, len(outputs))
-            # 7. commit, once the offsets are in
+            # 6. add the consumed offsets to the transaction
+            if offsets:
+                self._producer.send_offsets(offsets, self._consumer.consumer_group_metadata())
+            t = self._observe(Step.OFFSETS, t, len(offsets))
+            # 7. commit
             delivered = self._producer.commit()
             t = self._observe(Step.COMMIT, t, 1)
         except AbortedTransaction as exc:
