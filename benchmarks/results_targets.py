@@ -196,7 +196,10 @@ TARGETS: tuple[Target, ...] = (
             f"{r['values']['together']} (broker {r['values']['broker']}, processor "
             f"{r['values']['processor']}, worker {r['values']['worker']})"
         ),
-        limits=f"the bare KRaft broker's own floor, 1.6-1.9 % ([idle]({NOTES}/idle.md))",
+        limits=(
+            f"the broker: its own floor (1.6-1.9 % bare) plus answering the engine's fetches "
+            f"and heartbeats ([idle]({NOTES}/idle.md))"
+        ),
     ),
     Target(
         "idle", "idle wake-up", "first workflow after silence <= 1.5x busy p50", 1.5, True,
