@@ -185,17 +185,21 @@ def seal_history(event: HistoryEvent, previous_hash: bytes) -> tuple[HistoryEven
     The hash is SHA-256 over the encoded record up to the hash field, which is the last
     field of the schema, so it covers the header (the writer schema), every field and
     ``previous_hash``. Returns the event with both hashes set and its encoded bytes.
+
+    Every turn seals each of its events, so this encodes the event once, as the runtime
+    left it (both hashes empty: the record ends in their two zero length bytes), and puts
+    ``previous_hash`` in place of the first of them, instead of building an unsealed copy
+    of the event to encode.
     """
-    unsealed = HistoryEvent(
-        event.instance_id,
-        event.sequence,
-        event.timestamp_ms,
-        event.generation,
-        event.body,
-        previous_hash,
-        b"",
-    )
-    prefix = encode_history(unsealed)[:-1]  # drop the empty hash: one 0x00 length byte
+    if event.previous_hash or event.hash:  # sealed before: encode it as if it were not
+        event = HistoryEvent(
+            event.instance_id,
+            event.sequence,
+            event.timestamp_ms,
+            event.generation,
+            event.body,
+        )
+    prefix = encode_history(event)[:-2] + _bytes_length(len(previous_hash)) + previous_hash
     digest = sha256(prefix).digest()
     sealed = HistoryEvent(
         event.instance_id,
@@ -207,6 +211,18 @@ def seal_history(event: HistoryEvent, previous_hash: bytes) -> tuple[HistoryEven
         digest,
     )
     return sealed, prefix + _HASH_PREFIX + digest
+
+
+def _bytes_length(size: int) -> bytes:
+    """The Avro length prefix of a ``bytes`` value of ``size`` bytes (zig-zag varint)."""
+    if size == HASH_SIZE:
+        return _HASH_PREFIX
+    n, out = size << 1, bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def history_hash_ok(data: bytes) -> bool:

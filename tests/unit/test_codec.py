@@ -4,6 +4,7 @@ old schema versions, error reporting and the history hash chain."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 import os
@@ -189,6 +190,25 @@ def test_history_round_trip_matches_fastavro(body_type: type[EventBody], data: A
     assert encoded == _reference_encode(event, "HistoryEvent")
     assert codec.decode_history(encoded) == event
     assert _reference_decode(encoded, "HistoryEvent") == event
+
+
+@pytest.mark.parametrize("body_type", EVENT_TYPES, ids=lambda t: t.__name__)
+@PROPERTY
+@given(data=st.data(), previous=st.one_of(st.just(b""), st.binary(min_size=1, max_size=200)))
+def test_sealing_matches_its_definition(
+    body_type: type[EventBody], data: Any, previous: bytes
+) -> None:
+    """Sealing is: encode the event with ``previous_hash`` set and an empty hash, drop the
+    empty hash's length byte, SHA-256 the rest - whatever hashes the event came with, and
+    for previous hashes of any length (one- and two-byte Avro lengths)."""
+    event = data.draw(history_events(body_type))
+    unsealed = dataclasses.replace(event, previous_hash=previous, hash=b"")
+    prefix = _reference_encode(unsealed, "HistoryEvent")[:-1]
+    digest = hashlib.sha256(prefix).digest()
+    sealed, encoded = codec.seal_history(event, previous)
+    assert encoded == prefix + b"\x40" + digest
+    assert sealed == dataclasses.replace(event, previous_hash=previous, hash=digest)
+    assert codec.decode_history(encoded) == sealed
 
 
 @pytest.mark.parametrize("msg_type", MESSAGE_TYPES, ids=lambda t: t.__name__)
@@ -428,7 +448,6 @@ def test_old_records_hash_check_on_raw_bytes(older_release: dict[str, Any]) -> N
     }
     unsealed = _write_old(older_release["HistoryEvent"], datum)
     prefix = unsealed[:-1]
-    import hashlib
 
     sealed = prefix + b"\x40" + hashlib.sha256(prefix).digest()
     assert codec.history_hash_ok(sealed)
