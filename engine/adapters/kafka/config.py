@@ -12,6 +12,8 @@ import os
 from typing import Any
 
 from engine.adapters.kafka.logs import logging_config
+from engine.config.settings import Settings
+from engine.config.topics import topic_max_message_bytes
 from engine.core.errors import ConfigurationError
 from engine.core.keys import murmur2_partition
 
@@ -23,6 +25,7 @@ __all__ = [
     "expected_partition",
     "group_membership",
     "idempotent_producer_config",
+    "processor_producer_config",
     "producer_config",
     "transactional_producer_config",
 ]
@@ -190,3 +193,28 @@ def group_membership(instance_id: str, *, static: bool = True) -> KafkaConfig:
 def expected_partition(key: bytes, num_partitions: int) -> int:
     """The partition a producer built from :func:`producer_config` picks for ``key``."""
     return murmur2_partition(key, num_partitions)
+
+
+#: The processor producer's longest retry backoff (ms): see :func:`processor_producer_config`.
+PRODUCER_RETRY_BACKOFF_MAX_MS = 20
+
+
+def processor_producer_config(settings: Settings, client_id: str) -> dict[str, Any]:
+    """The processor's transactional producer: its replica's id, records up to the topics'
+    size limit, and a short cap on retry backoff."""
+    config = transactional_producer_config(
+        settings.bootstrap_servers, client_id, transaction_timeout_ms=10_000
+    )
+    config.update(
+        {
+            "linger.ms": 1,
+            "message.max.bytes": topic_max_message_bytes(settings),
+            # The retries of "concurrent transactions" (the coordinator still writing
+            # the last commit's markers, one per partition it touched) back off
+            # exponentially from retry.backoff.ms up to this; at librdkafka's 1000 ms
+            # the offsets step of a transaction over 32 partitions waited ~270 ms.
+            "retry.backoff.max.ms": PRODUCER_RETRY_BACKOFF_MAX_MS,
+        }
+        | settings.extra_kafka
+    )
+    return config

@@ -64,6 +64,7 @@ __all__ = [
     "leave_group",
     "log_end_offsets",
     "make_consumer",
+    "message_headers",
     "poll_batch",
     "positions_for",
     "produce_with_room",
@@ -691,3 +692,14 @@ def wait_for_assignment(
         message = consumer.poll(poll_s)
         if message is not None and message.error() is None:
             records.append(message)
+
+
+def message_headers(message: Message) -> tuple[tuple[str, bytes], ...]:
+    """A consumed record's headers as (name, bytes) pairs (librdkafka may give a dict or
+    str values)."""
+    raw: Any = message.headers() or []
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    return tuple(
+        (str(name), value.encode() if isinstance(value, str) else bytes(value or b""))
+        for name, value in pairs
+    )

@@ -1,27 +1,15 @@
 """The processor's Kafka loop: batches of turns, each committed in one transaction.
 
 The loop owns the I/O; each partition's :class:`PartitionProcessor` (a sans-I/O state
-machine) owns the turn logic. :meth:`ProcessorRunner.run_batch` is the commit protocol, as
-numbered steps (``Step`` names them for the metrics hook):
+machine) owns the turn logic. :meth:`ProcessorRunner.run_batch` is the commit protocol as
+the numbered steps of ``protocol.Step`` (ARCHITECTURE, "The commit protocol"): poll, accept,
+timers, step, produce, offsets, commit, apply. The last two of a batch run on the
+committer (``kafka.inflight``) while the next batch polls, accepts and runs its turns.
 
-1. poll: block for input, at most until the next timer of an owned partition is due;
-2. accept: hand every record to its partition's state machine (which validates it or
-   dead-letters it), taking what is already fetched until the batch is full or old;
-3. fire the timers that are due;
-4. step every touched instance once; each partition closes its batch;
-5. produce the batches' output (history, changelogs, status, activity tasks, instance
-   messages, dead letters) inside one transaction;
-6. add the consumed offsets to it (KIP-447);
-7. commit;
-8. apply the committed table changes to RocksDB with the changelog offsets they reached.
-
-Abort path: on an abortable error the batches are dropped (nothing reached RocksDB) and the
-consumer seeks back, so the batch is simply done again. When the error is one instance's or
-one record's (a bug handling a record or finishing a turn, a record the broker refused: see
-``engine.services.processor.poison``), the partition's state machine is told to isolate it
-first, so the redo fails that instance alone (or dead-letters that record). Any other error
-abandons the batch and stops the replica; nothing is committed after a failed batch, not
-even by the revocation that closing the consumer runs.
+Abort path: the batches not yet committed are dropped (nothing reached RocksDB) and the
+consumer seeks back, so they are simply done again; an error of one instance or record is
+isolated first (``engine.services.processor.poison``), so the redo fails it alone. Any
+other error abandons the batches and stops the replica; nothing is committed after that.
 """
 
 from __future__ import annotations
@@ -30,8 +18,8 @@ import functools
 import logging
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
+from concurrent.futures import wait
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +35,7 @@ from engine.adapters.kafka.admin import TaskQueueTopics
 from engine.adapters.kafka.config import (
     admin_config,
     consumer_config,
-    transactional_producer_config,
+    processor_producer_config,
 )
 from engine.adapters.kafka.deadline import ends_process_if_stuck
 from engine.adapters.kafka.fencing import Fencing, stamped
@@ -56,24 +44,26 @@ from engine.adapters.kafka.group_protocol import (
     processor_group_config,
     uses_consumer_protocol,
 )
+from engine.adapters.kafka.inflight import Committer, InFlight, changelog_offsets
 from engine.adapters.kafka.io import (
     AbortedTransaction,
     Delivered,
     TransactionalProducer,
     leave_group,
+    message_headers,
     poll_batch,
 )
 from engine.adapters.kafka.isolation import Produced, produce_batch, refused_in_delivery
 from engine.adapters.kafka.liveness import LivenessWatch
 from engine.adapters.kafka.payloads import payload_store
 from engine.adapters.kafka.recovery import Recovery
-from engine.adapters.kafka.restore import RestoreReport, restore_tables
+from engine.adapters.kafka.restore import RestoreReport, restore_partitions
 from engine.adapters.kafka.standby import Standbys
 from engine.adapters.kafka.takeover import Takeover
 from engine.adapters.rocks_store import RocksPartitionStore
 from engine.adapters.schema_registry import connect_schema_registry
 from engine.config.settings import Settings
-from engine.config.topics import TopicNames, topic_max_message_bytes, topic_names
+from engine.config.topics import TopicNames, topic_names
 from engine.core.errors import (
     BrokerError,
     BrokerRefusalError,
@@ -82,7 +72,7 @@ from engine.core.errors import (
 )
 from engine.runtime.registry import Registry
 from engine.services.processor.batch import Batch
-from engine.services.processor.partition import Environment, PartitionProcessor
+from engine.services.processor.partition import PartitionProcessor
 from engine.services.processor.protocol import (
     BatchMetrics,
     Clock,
@@ -91,19 +81,14 @@ from engine.services.processor.protocol import (
     SystemClock,
     poll_wait_s,
 )
-from engine.services.processor.state import Progress, partition_cache_capacity
-from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
+from engine.services.processor.state import Progress, environment_for
 from engine.services.records import RawRecord
 from engine.services.tracing import NoTracing, TraceHook
-from engine.services.watchdog import TurnWatchdog
 
 log = logging.getLogger("engine.processor")
 
 #: How long closing may take (leaving the group, a last commit) before the process ends itself.
 CLOSE_S = 60.0
-
-#: The processor producer's longest retry backoff (ms): see ``_new_producer``.
-PRODUCER_RETRY_BACKOFF_MAX_MS = 20
 
 #: The longest one poll blocks when no timer is due sooner: the loop looks at its stop
 #: flag between polls, so this bounds how long a stop request waits.
@@ -121,34 +106,6 @@ _PROGRESS_TIME = {
     Step.OFFSETS: "offsets_s",
     Step.COMMIT: "commit_s",
 }
-
-
-def _environment(
-    settings: Settings, registry: Registry, topics: TopicNames, tracing: TraceHook
-) -> Environment:
-    """What every partition of the replica shares, from its settings."""
-    return Environment(
-        registry=registry,
-        topics=topics,
-        partitions=settings.partitions,
-        pending_events_max=settings.pending_events_max,
-        pending_events_ttl_ms=settings.pending_events_ttl_ms,
-        dedup_window=settings.dedup_window,
-        dedup_window_ms=settings.dedup_window_ms,
-        retention_ms=settings.retention_ms,
-        park_workflow_errors=settings.park_workflow_errors,
-        parked_events_max=settings.parked_events_max,
-        parked_events_max_bytes=settings.parked_events_max_bytes,
-        # the cache budget is per replica; each partition gets its share
-        cache_capacity=partition_cache_capacity(settings.cache_instances, settings.partitions),
-        limits=settings.limits,
-        watchdog=TurnWatchdog(settings.turn_budget_ms),
-        turn_max_events=settings.turn_max_events,
-        tracing=tracing,
-        publish_topics=frozenset(settings.publish_topics),
-        backlog_events_max=settings.backlog_events_max,
-        history_limits=settings.history_limits,
-    )
 
 
 class ProcessorRunner:
@@ -170,7 +127,7 @@ class ProcessorRunner:
         it is assigned; a metrics exporter turns on what it serves."""
         self.settings = settings
         self.topics: TopicNames = topic_names(settings.namespace)
-        self.env = _environment(settings, registry, self.topics, tracing or NoTracing())
+        self.env = environment_for(settings, registry, self.topics, tracing or NoTracing())
         # replay reads large payloads from the payloads topic, turns write them there
         self.env.payload_offsets = payload_store(settings).end_offset
         self.partitions: dict[int, PartitionProcessor] = {}
@@ -184,7 +141,13 @@ class ProcessorRunner:
         #: the high watermark of the last fetch, no broker round trip).
         self.lag: dict[tuple[str, int], int] = {}
         self._on_assigned = on_assigned
+        #: The first offset the batch in progress took from each input partition.
         self._batch_start: dict[tuple[str, int], int] = {}
+        #: The same for each closed batch not yet committed, oldest first: an abort seeks
+        #: back to the first of them all.
+        self._starts: list[dict[tuple[str, int], int]] = []
+        #: The closed batch whose transaction is committing (kafka.inflight), if any.
+        self._in_flight: InFlight | None = None
         #: The offset after the last record accepted, per input partition: what the batch
         #: commits (not the consumer's position, which may already be past records fetched
         #: but not accepted when a revocation commits mid-batch).
@@ -202,10 +165,11 @@ class ProcessorRunner:
         self._recovery = Recovery(f"processor {settings.replica_id}")
         #: How history, status and outcomes are framed (checks the registry, if any, first).
         self._wire = connect_schema_registry(settings)
-        #: The topics whose offsets the batch reads back (:meth:`_changelog_offsets`).
+        #: The topics whose offsets the batch reads back (``inflight.changelog_offsets``).
         self._tracked = frozenset((self.topics.state_changelog, self.topics.timer_changelog))
         self._consumer = self._new_consumer()
         self._producer = self._new_producer()
+        self._committer = Committer(settings.replica_id)
         self._fencing = Fencing(
             self._client_id,
             settings.processor_group,
@@ -233,22 +197,7 @@ class ProcessorRunner:
         return TransactionalProducer(self._producer_config(), self._client_id)
 
     def _producer_config(self) -> dict[str, Any]:
-        config = transactional_producer_config(
-            self.settings.bootstrap_servers, self._client_id, transaction_timeout_ms=10_000
-        )
-        config.update(
-            {
-                "linger.ms": 1,
-                "message.max.bytes": topic_max_message_bytes(self.settings),
-                # The retries of "concurrent transactions" (the coordinator still writing
-                # the last commit's markers, one per partition it touched) back off
-                # exponentially from retry.backoff.ms up to this; at librdkafka's 1000 ms
-                # the offsets step of a transaction over 32 partitions waited ~270 ms.
-                "retry.backoff.max.ms": PRODUCER_RETRY_BACKOFF_MAX_MS,
-            }
-            | self.settings.extra_kafka
-        )
-        return config
+        return processor_producer_config(self.settings, self._client_id)
 
     @property
     def standby_lag(self) -> dict[int, int]:
@@ -363,6 +312,8 @@ class ProcessorRunner:
                 restoring,
             )
         with ends_process_if_stuck(f"stopping processor {self.settings.replica_id}", CLOSE_S):
+            if not self._failed:
+                self._settle_in_flight()  # the last batch's commit, applied before leaving
             try:
                 leave_group(self._consumer)  # hand the partitions over now (static member)
             except Exception as exc:  # the revocation failed: closing still has to happen
@@ -376,6 +327,7 @@ class ProcessorRunner:
                 pp.close()
             self._unclaim(list(self.partitions))
             self.partitions.clear()
+            self._committer.close()
             self._producer.close()
             self.env.watchdog.close()
 
@@ -399,7 +351,8 @@ class ProcessorRunner:
             raise
 
     def _run_steps(self) -> int:
-        """Steps 1-8 (or the abort path)."""
+        """Steps 1-8 (or the abort path); the previous batch's 7-8 may still be running
+        (``kafka.inflight``) while this one polls, accepts and runs its turns."""
         self._adopt_takeovers()  # partitions restored meanwhile join this batch
         # 1-2. poll (until the next timer is due) and accept, until full, old or idle
         count = self._poll_and_accept()
@@ -407,9 +360,21 @@ class ProcessorRunner:
         now_ms = self._clock.now_ms()
         fired = self._fire_due_timers(now_ms)
         if count or fired:
-            # 4-8 (or the abort path)
-            self._commit(now_ms)
+            if not self._may_overlap():
+                self._finish_in_flight()
+            # 4-8 (or the abort path); 7-8 are left running
+            self._commit(now_ms, wait=False)
+        else:
+            self._finish_in_flight()
         return count
+
+    def _may_overlap(self) -> bool:
+        """Whether this batch's turns may run while the previous transaction commits: not
+        while an instance or record waits to fail alone (the abort path is one batch at a
+        time, so that its redo finds what it isolated)."""
+        return not any(
+            pp.quarantine.instances or pp.quarantine.records for pp in self.partitions.values()
+        )
 
     def _poll_and_accept(self) -> int:
         """Steps 1 and 2. The first wait ends as soon as one record arrives (``poll_batch``);
@@ -434,6 +399,8 @@ class ProcessorRunner:
     def _idle_wait(self) -> float:
         """Seconds to block for input: until the earliest timer of an owned partition is due
         (new input ends the wait sooner), and at most ``MAX_POLL_WAIT_S``."""
+        if self._in_flight is not None:
+            return 0.0  # take what is already fetched, or go and finish the commit
         due = [t for pp in self.partitions.values() if (t := pp.next_timer_ms()) is not None]
         longest = TAKEOVER_POLL_WAIT_S if self._takeovers else MAX_POLL_WAIT_S
         return poll_wait_s(min(due, default=None), self._clock.now_ms(), longest)
@@ -453,7 +420,7 @@ class ProcessorRunner:
         offset = message.offset() or 0
         self._batch_start.setdefault((topic, partition), offset)
         self._batch_next[(topic, partition)] = offset + 1
-        headers = _headers(message)
+        headers = message_headers(message)
         record = RawRecord(
             partition,
             offset,
@@ -471,17 +438,39 @@ class ProcessorRunner:
         self._observe(Step.TIMERS, t, fired)
         return fired
 
-    def _commit(self, now_ms: int) -> None:
-        """Steps 4-8 of the protocol, or the abort path."""
+    def _commit(self, now_ms: int, *, wait: bool = True) -> None:
+        """Steps 4-8 of the protocol, or the abort path; with ``wait=False`` steps 7-8 are
+        left to finish while the loop goes on (:meth:`_finish_in_flight` collects them)."""
         # 4. step every touched instance; each partition closes its batch
         t = self._clock.monotonic()
-        batches = self._end_batches(now_ms)
+        try:
+            batches = self._end_batches(now_ms)
+        except (InstanceTurnError, RecordHandlingError):
+            self._settle_in_flight()  # the previous batch first: run_batch isolates this one
+            raise
         outputs: list[Produced] = [(p, r) for p, b in batches.items() for r in b.out]
         offsets = self._consumed_positions()
+        self._starts.append(self._batch_start)
+        self._batch_start, self._batch_next = {}, {}
         t = self._observe(Step.STEP, t, sum(len(b.touched) for b in batches.values()))
+        # 7-8 of the previous batch: its outcome decides whether this one may go on
+        if not self._finish_in_flight():
+            return  # it aborted, and this batch (built on it) was dropped with it
         if not outputs and not offsets:
-            self._apply(batches, [])  # nothing to make durable; opens the next batches
+            self._apply(batches, [])  # nothing to make durable
             return
+        self._begin_transaction(batches, outputs, offsets)
+        if wait:
+            self._finish_in_flight()
+
+    def _begin_transaction(
+        self,
+        batches: dict[int, Batch],
+        outputs: list[Produced],
+        offsets: list[TopicPartition],
+    ) -> None:
+        """Steps 5-6, and 7 started on the committer."""
+        t = self._clock.monotonic()
         self.progress.outputs += len(outputs)
         try:
             self._queues.ensure(r.topic for _, r in outputs)  # a new task queue's topic
@@ -496,38 +485,68 @@ class ProcessorRunner:
             produce_batch(
                 self._producer, outputs, self.env.limits.record, self._wire, self._tracked
             )
-            t = self._observe(Step.PRODUCE, t, len(outputs))
-            # 6. add the consumed offsets to the transaction
-            if offsets:
-                self._producer.send_offsets(offsets, self._consumer.consumer_group_metadata())
-            t = self._observe(Step.OFFSETS, t, len(offsets))
-            # 7. commit
-            delivered = self._producer.commit()
-            t = self._observe(Step.COMMIT, t, 1)
+            self._observe(Step.PRODUCE, t, len(outputs))
         except AbortedTransaction as exc:
-            # abort path: a record the broker refused fails its instance alone (run_batch
-            # isolates it); otherwise drop the batches and seek back, so the input is redone
-            refused = refused_in_delivery(self._producer, outputs)
-            if refused is not None:
-                raise refused from exc
-            log.warning("transaction aborted, redoing the batch: %s", exc)
-            self.progress.aborts += 1
-            self._rollback()
-            self._observe(Step.ABORT, t, 1)
+            self._aborted(exc, outputs)
             return
         except InstanceTurnError:
             raise  # run_batch aborts the transaction and redoes the batch without it
         except BaseException:
-            # Anything else stops the replica. Forget the batch first: closing the consumer
-            # runs the revocation callback, which would otherwise commit the batch's input
-            # offsets without its output (or fail on the open transaction and hide this error).
             self._abandon()
             raise
+        # 6-7. add the consumed offsets and commit, on the committer (kafka.inflight)
+        group = self._consumer.consumer_group_metadata()
+        outcome = self._committer.start(self._producer, offsets, group)
+        self._in_flight = InFlight(batches, outputs, offsets, outcome)
+
+    def _finish_in_flight(self) -> bool:
+        """Steps 7-8 of the batch in flight (none: True at once): wait for its commit and
+        apply it; False when it aborted (every later batch is dropped with it)."""
+        flight, self._in_flight = self._in_flight, None
+        if flight is None:
+            return True
+        t = self._clock.monotonic()
+        try:
+            done = flight.outcome.result()
+        except AbortedTransaction as exc:
+            self._aborted(exc, flight.outputs)
+            return False
+        except BaseException:
+            # Anything else stops the replica. Forget the batches first: closing the consumer
+            # runs the revocation callback, which would otherwise commit their input offsets
+            # without their output (or fail on the open transaction and hide this error).
+            self._abandon()
+            raise
+        self._report(Step.OFFSETS, done.offsets_s, len(flight.offsets))
+        self._report(Step.COMMIT, done.commit_s, 1)
         self.progress.transactions += 1
-        self._note_lag(offsets)
+        self._note_lag(flight.offsets)
         # 8. apply the committed changes to RocksDB, with the changelog offsets reached
-        self._apply(batches, delivered)
-        self._observe(Step.APPLY, t, sum(len(b.changes) for b in batches.values()))
+        self._apply(flight.batches, done.delivered)
+        self._observe(Step.APPLY, t, sum(len(b.changes) for b in flight.batches.values()))
+        return True
+
+    def _aborted(self, exc: AbortedTransaction, outputs: list[Produced]) -> None:
+        """The abort path: a record the broker refused fails its instance alone (run_batch
+        isolates it); otherwise drop the batches and seek back, so the input is redone."""
+        refused = refused_in_delivery(self._producer, outputs)
+        if refused is not None:
+            raise refused from exc
+        log.warning("transaction aborted, redoing the batch: %s", exc)
+        t = self._clock.monotonic()
+        self.progress.aborts += 1
+        self._rollback()
+        self._observe(Step.ABORT, t, 1)
+
+    def _settle_in_flight(self) -> None:
+        """Before the abort path of a later batch: the batch in flight commits and applies,
+        or rolls back with everything after it (a record of it the broker refused is found
+        again when it is redone)."""
+        try:
+            self._finish_in_flight()
+        except InstanceTurnError as exc:
+            log.warning("%s; its batch is redone", exc)
+            self._rollback()
 
     def _end_batches(self, now_ms: int) -> dict[int, Batch]:
         """Close the batches of the partitions this batch touched. The others keep their
@@ -539,21 +558,23 @@ class ProcessorRunner:
         return batches
 
     def _apply(self, batches: dict[int, Batch], delivered: list[Delivered]) -> None:
-        reached = self._changelog_offsets(delivered)
+        reached = changelog_offsets(delivered, self.topics)
         for p in batches:
             self.partitions[p].committed(reached.get(p, {}))
-        self._batch_start.clear()
-        self._batch_next.clear()
+        if self._starts:
+            self._starts.pop(0)  # the oldest batch not yet committed was this one
 
     def _observe(self, step: Step, started: float, count: int) -> float:
         """Report one step to the metrics hook (and the progress totals); returns now."""
         now = self._clock.monotonic()
-        seconds = now - started
+        self._report(step, now - started, count)
+        return now
+
+    def _report(self, step: Step, seconds: float, count: int) -> None:
         field = _PROGRESS_TIME.get(step)
         if field is not None:
             setattr(self.progress, field, getattr(self.progress, field) + seconds)
         self._metrics.observe(step, seconds, count)
-        return now
 
     def _note_lag(self, positions: list[TopicPartition]) -> None:
         for tp in positions:
@@ -570,23 +591,16 @@ class ProcessorRunner:
             self._member,
         )
 
-    def _changelog_offsets(self, delivered: list[Delivered]) -> dict[int, dict[str, int]]:
-        names = {
-            self.topics.state_changelog: STATE_CHANGELOG,
-            self.topics.timer_changelog: TIMER_CHANGELOG,
-        }
-        reached: dict[int, dict[str, int]] = defaultdict(dict)
-        for d in delivered:
-            name = names.get(d.topic)
-            if name is not None and d.offset > reached[d.partition].get(name, -1):
-                reached[d.partition][name] = d.offset
-        return reached
-
     def _abandon(self) -> None:
-        """Drop the batch after an error that ends the loop; its input is redone by whoever
-        owns the partitions next."""
+        """Drop the batches after an error that ends the loop; their input is redone by
+        whoever owns the partitions next (a transaction still in flight is waited for: it
+        commits or not, and a restore brings what it committed)."""
+        flight, self._in_flight = self._in_flight, None
+        if flight is not None:
+            wait([flight.outcome])
         for pp in self.partitions.values():
             pp.rolled_back()
+        self._starts.clear()
         self._batch_start.clear()
         self._batch_next.clear()
         if self._producer.in_transaction:
@@ -596,13 +610,20 @@ class ProcessorRunner:
                 log.warning("aborting the open transaction failed: %s", exc)
 
     def _rollback(self) -> None:
+        """Drop every batch not yet committed (a later one was built on the earlier) and
+        seek back to the first offset any of them took from each input partition."""
         for pp in self.partitions.values():
             pp.rolled_back()
-        for (topic, partition), offset in self._batch_start.items():
+        first: dict[tuple[str, int], int] = {}
+        for starts in (*self._starts, self._batch_start):
+            for tp, offset in starts.items():
+                first[tp] = min(offset, first.get(tp, offset))
+        for (topic, partition), offset in first.items():
             try:
                 self._consumer.seek(TopicPartition(topic, partition, offset))
             except KafkaException as exc:  # pragma: no cover - partition revoked meanwhile
                 log.warning("seek %s[%d] failed: %s", topic, partition, exc)
+        self._starts.clear()
         self._batch_start.clear()
         self._batch_next.clear()
 
@@ -611,6 +632,7 @@ class ProcessorRunner:
         batches, seek back, and have the partition's state machine fail that instance alone
         (or dead-letter that record) when the batch is done again."""
         t = self._clock.monotonic()
+        self._settle_in_flight()  # an earlier batch still committing goes first
         self.progress.aborts += 1
         if self._producer.in_transaction:
             self._producer.abort()  # an error here is not the instance's: run_batch stops
@@ -719,6 +741,12 @@ class ProcessorRunner:
         return kept
 
     def _revoked(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:
+        if not self._failed:
+            try:
+                self._finish_in_flight()  # the batch in flight first, in order
+            except InstanceTurnError as exc:  # the next owner redoes the batch and finds it
+                log.error("%s; the batch is left to the partitions' next owner", exc)
+                self._abandon()
         pending = any(not pp.batch.empty for pp in self.partitions.values()) or self._batch_start
         if pending and not self._failed:
             try:
@@ -757,31 +785,3 @@ class ProcessorRunner:
         return PartitionProcessor(
             partition, RocksPartitionStore(self._partition_path(partition)), self.env
         )
-
-
-def restore_partitions(
-    settings: Settings,
-    topics: TopicNames,
-    partitions: Mapping[int, PartitionProcessor],
-    stop: threading.Event | None = None,
-) -> RestoreReport:
-    """Bring the partitions' tables up to the committed end of their two changelogs."""
-    changelogs = [
-        (topics.state_changelog, STATE_CHANGELOG),
-        (topics.timer_changelog, TIMER_CHANGELOG),
-    ]
-    return restore_tables(
-        settings,
-        {p: changelogs for p in partitions},
-        {p: pp.tables for p, pp in partitions.items()},
-        stop=stop,
-    )
-
-
-def _headers(message: Message) -> tuple[tuple[str, bytes], ...]:
-    raw: Any = message.headers() or []
-    pairs = raw.items() if isinstance(raw, dict) else raw
-    return tuple(
-        (str(name), value.encode() if isinstance(value, str) else bytes(value or b""))
-        for name, value in pairs
-    )

@@ -37,9 +37,18 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 from engine.adapters.kafka.config import consumer_config
 from engine.adapters.kafka.io import log_end_offsets
 from engine.config.settings import Settings
+from engine.config.topics import TopicNames
 from engine.core.errors import TurnstileError
+from engine.services.processor.partition import PartitionProcessor
+from engine.services.processor.tables import STATE_CHANGELOG, TIMER_CHANGELOG
 
-__all__ = ["RestoreInterrupted", "RestoreReport", "RestoreTable", "restore_tables"]
+__all__ = [
+    "RestoreInterrupted",
+    "RestoreReport",
+    "RestoreTable",
+    "restore_partitions",
+    "restore_tables",
+]
 
 log = logging.getLogger("engine.processor")
 
@@ -273,3 +282,22 @@ def _flush(changelog: _Changelog) -> None:
     if changelog.pending:
         changelog.table.apply(changelog.pending, {changelog.name: changelog.last})
         changelog.pending = {}
+
+
+def restore_partitions(
+    settings: Settings,
+    topics: TopicNames,
+    partitions: Mapping[int, PartitionProcessor],
+    stop: threading.Event | None = None,
+) -> RestoreReport:
+    """Bring the partitions' tables up to the committed end of their two changelogs."""
+    changelogs = [
+        (topics.state_changelog, STATE_CHANGELOG),
+        (topics.timer_changelog, TIMER_CHANGELOG),
+    ]
+    return restore_tables(
+        settings,
+        {p: changelogs for p in partitions},
+        {p: pp.tables for p, pp in partitions.items()},
+        stop=stop,
+    )

@@ -27,6 +27,7 @@ store port) and its cache of hot instances.
 from __future__ import annotations
 
 import logging
+from collections import deque
 
 from engine.core.errors import InstanceTurnError, RecordHandlingError, TurnstileError
 from engine.core.failure import failure_from_exception
@@ -69,6 +70,9 @@ class PartitionProcessor:
         self.quarantine = Quarantine()
         self._accepts = accepted_kinds(env.topics)
         self._batch = self._open_batch()
+        #: Closed batches whose transactions have not been reported yet, oldest first: a
+        #: loop may close the next batch while the previous one commits.
+        self._closed: deque[Batch] = deque()
         #: The clock of the last :meth:`end_batch`: when its instances were last used.
         self._ended_ms = 0
 
@@ -79,6 +83,11 @@ class PartitionProcessor:
     def batch(self) -> Batch:
         """The batch in progress (read it; only the state machine writes it)."""
         return self._batch
+
+    @property
+    def uncommitted(self) -> int:
+        """Closed batches still waiting for their transaction's outcome."""
+        return len(self._closed)
 
     @property
     def has_work(self) -> bool:
@@ -94,7 +103,7 @@ class PartitionProcessor:
         Raises :class:`RecordHandlingError` when handling it failed unexpectedly (a bug, not
         bad input): roll the batch back, :meth:`isolate` the error and do the batch again.
         """
-        batch = self._writable_batch()
+        batch = self._batch
         counters = batch.counters
         counters.records += 1
         counters.topics[record.topic] = counters.topics.get(record.topic, 0) + 1
@@ -124,7 +133,7 @@ class PartitionProcessor:
 
     def fire_due_timers(self, now_ms: int) -> int:
         """Deliver every timer due at ``now_ms`` (in fire-time order); returns how many."""
-        batch = self._writable_batch()
+        batch = self._batch
         due = self.tables.due_timers(now_ms)
         for timer in due:
             batch.origin = timer.instance_id
@@ -161,7 +170,7 @@ class PartitionProcessor:
         Raises :class:`InstanceTurnError` when finishing one instance's turn failed: roll
         the batch back, :meth:`isolate` the error and do the batch again.
         """
-        batch = self._writable_batch()
+        batch = self._batch
         self._ended_ms = now_ms
         for instance_id, item in list(batch.touched.items()):
             if item.inbox or item.wake or item.requeue_checks or batch.is_quarantined(instance_id):
@@ -174,6 +183,8 @@ class PartitionProcessor:
         slots.release_ended(batch)  # a run that ended gives its concurrency slot back
         retention.arm_ended(batch, now_ms)  # an ended instance is purged after its retention
         batch.close()
+        self._closed.append(batch)
+        self._batch = self._open_batch()  # the next batch reads this one's pending changes
         return batch
 
     def isolate(self, error: InstanceTurnError | RecordHandlingError) -> bool:
@@ -185,40 +196,40 @@ class PartitionProcessor:
         return self.quarantine.add_record(error.topic, error.offset, error.details)
 
     def committed(self, offsets: dict[str, int]) -> None:
-        """The batch's transaction committed: make its table changes durable locally,
-        together with the changelog offsets (``{"state": n, "timer": m}``) they reached."""
-        batch = self._batch
-        if not batch.closed:
+        """The oldest closed batch's transaction committed: make its table changes durable
+        locally, together with the changelog offsets (``{"state": n, "timer": m}``) they
+        reached."""
+        if not self._closed:
             raise TurnstileError("committed() before end_batch(): close the batch first")
+        batch = self._closed.popleft()
         self.tables.apply(batch.changes, offsets)
         if self.statuses is not None:
             self.statuses.move(batch.status_moves)
         self.quarantine.committed()
         for instance_id, item in batch.touched.items():
             _settle(self.cache, instance_id, item, self._ended_ms)
-        self.cache.trim(self._ended_ms)
+        self.cache.trim(self._ended_ms, keep=self._held())
         spans.committed(batch)
-        self._finish(batch)
+        self.counters.add(batch.counters)
 
     def rolled_back(self) -> None:
-        """The transaction aborted: forget everything this batch changed."""
-        batch = self._batch
+        """A transaction aborted: forget everything the uncommitted batches changed, the
+        closed ones and the one in progress (each later batch was built on the earlier)."""
         self.tables.drop_overlay()
         self.quarantine.rolled_back()
-        for instance_id in batch.touched:
-            self.cache.evict(instance_id)
-        self._finish(batch)
-
-    def _finish(self, batch: Batch) -> None:
-        self.counters.add(batch.counters)
+        for batch in (*self._closed, self._batch):
+            for instance_id in batch.touched:
+                self.cache.evict(instance_id)
+            self.counters.add(batch.counters)
+        self._closed.clear()
         self._batch = self._open_batch()
 
-    def _writable_batch(self) -> Batch:
-        if self._batch.closed:
-            raise TurnstileError(
-                "the batch is closed: report its commit (committed) or abort (rolled_back) first"
-            )
-        return self._batch
+    def _held(self) -> set[str]:
+        """Instances a batch not yet committed works on: the cache must not drop them, or
+        a later load would build a second copy beside the one that batch settles."""
+        if not self._closed and not self._batch.touched:
+            return set()
+        return {i for b in (*self._closed, self._batch) for i in b.touched}
 
     def close(self) -> None:
         self.tables.store.close()
@@ -227,6 +238,9 @@ class PartitionProcessor:
 def _settle(cache: InstanceCache, instance_id: str, item: Loaded, now_ms: int) -> None:
     """After a commit: a finished instance drops its execution (so it is the first to
     leave a full cache); an id with no row and no pending events leaves the cache."""
+    cached = cache.get(instance_id)
+    if cached is not None and cached is not item:
+        return  # a later batch loaded it afresh (this copy left the cache): its copy is newer
     meta = item.meta
     if meta.status is not None and meta.status.is_terminal:
         item.execution = None

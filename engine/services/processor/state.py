@@ -8,10 +8,11 @@ processor can import it without importing each other.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, fields
 from typing import TypeVar
 
+from engine.config.settings import Settings
 from engine.config.topics import TopicNames
 from engine.core.history import (
     ContinuedAsNew,
@@ -311,9 +312,13 @@ class InstanceCache:
         self._cheap.pop(instance_id, None)
         self._running.pop(instance_id, None)
 
-    def trim(self, now_ms: int) -> None:
-        """Shrink to ``capacity`` in the order of the class docstring; forget newcomers."""
+    def trim(self, now_ms: int, keep: Collection[str] = ()) -> None:
+        """Shrink to ``capacity`` in the order of the class docstring; forget newcomers.
+        The ids in ``keep`` stay whatever their rank (a batch not yet committed works on
+        them); the cache may then stay above ``capacity`` until they are settled."""
         fresh, self._fresh = self._fresh, []
+        cheap = {i: None for i in keep if self._cheap.pop(i, 0) is None}
+        running = {i: t for i in keep if (t := self._running.pop(i, None)) is not None}
         while len(self._items) > self.capacity and self._cheap:
             self._drop(next(iter(self._cheap)))
         idle_before = now_ms - self.idle_ms
@@ -324,11 +329,13 @@ class InstanceCache:
             self._drop(instance_id)
         for instance_id in reversed(fresh):
             if len(self._items) <= self.capacity:
-                return
+                break
             if instance_id in self._running:
                 self._drop(instance_id)
-        while len(self._items) > self.capacity:
+        while len(self._items) > self.capacity and self._running:
             self._drop(next(iter(self._running)))
+        self._cheap.update(cheap)
+        self._running.update(running)
 
     def _drop(self, instance_id: str) -> None:
         del self._items[instance_id]
@@ -384,3 +391,31 @@ class Environment:
     #: (the adapter asks the broker): a turn's large payloads go to that topic
     #: (``payload_aside``). None: every payload stays inline (the in-memory engine).
     payload_offsets: Callable[[int], int] | None = None
+
+
+def environment_for(
+    settings: Settings, registry: Registry, topics: TopicNames, tracing: TraceHook
+) -> Environment:
+    """What every partition of the replica shares, from its settings."""
+    return Environment(
+        registry=registry,
+        topics=topics,
+        partitions=settings.partitions,
+        pending_events_max=settings.pending_events_max,
+        pending_events_ttl_ms=settings.pending_events_ttl_ms,
+        dedup_window=settings.dedup_window,
+        dedup_window_ms=settings.dedup_window_ms,
+        retention_ms=settings.retention_ms,
+        park_workflow_errors=settings.park_workflow_errors,
+        parked_events_max=settings.parked_events_max,
+        parked_events_max_bytes=settings.parked_events_max_bytes,
+        # the cache budget is per replica; each partition gets its share
+        cache_capacity=partition_cache_capacity(settings.cache_instances, settings.partitions),
+        limits=settings.limits,
+        watchdog=TurnWatchdog(settings.turn_budget_ms),
+        turn_max_events=settings.turn_max_events,
+        tracing=tracing,
+        publish_topics=frozenset(settings.publish_topics),
+        backlog_events_max=settings.backlog_events_max,
+        history_limits=settings.history_limits,
+    )

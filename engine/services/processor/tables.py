@@ -1,8 +1,10 @@
-"""A partition's tables as seen during a batch: committed rows plus an uncommitted overlay.
+"""A partition's tables as seen during a batch: committed rows plus uncommitted layers.
 
 A turn's changes must reach RocksDB only after its Kafka transaction commits, so every write
-goes to the overlay first. The overlay doubles as the list of changelog records to produce,
-and is either applied to the store in one batch (commit) or dropped (abort).
+goes to the overlay first. The overlay doubles as the list of changelog records to produce.
+When its batch closes it becomes a *pending* layer: still read (the next batch may run its
+turns while this one's transaction commits), then applied to the store in one write when
+that transaction commits, or dropped with every later layer when it aborts.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ class Tables:
         self.partition = partition
         self.store = store
         self.overlay: dict[bytes, bytes | None] = {}
+        #: Closed batches' changes whose transactions have not committed yet, oldest first.
+        self._pending: list[dict[bytes, bytes | None]] = []
         #: The earliest timer's fire time, remembered between writes to the timer table:
         #: the loop asks every owned partition for it before every poll and again to fire
         #: due timers, and with many partitions per replica those store scans were a fixed
@@ -37,13 +41,25 @@ class Tables:
     def get(self, key: bytes) -> bytes | None:
         if key in self.overlay:
             return self.overlay[key]
+        for layer in reversed(self._pending):
+            if key in layer:
+                return layer[key]
         return self.store.get(key)
+
+    def _unwritten(self, start: bytes, end: bytes) -> list[tuple[bytes, bytes | None]]:
+        """The uncommitted writes in ``[start, end)``, newest per key, in key order."""
+        if not self._pending:
+            return sorted((k, v) for k, v in self.overlay.items() if start <= k < end)
+        merged: dict[bytes, bytes | None] = {}
+        for layer in (*self._pending, self.overlay):
+            merged.update((k, v) for k, v in layer.items() if start <= k < end)
+        return sorted(merged.items())
 
     def scan(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Committed rows merged with the overlay, in key order: lazily, so a reader that
         wants the first row (the earliest timer) reads the store up to it, not the whole
         range, even when the batch wrote into it."""
-        pending = sorted((k, v) for k, v in self.overlay.items() if start <= k < end)
+        pending = self._unwritten(start, end)
         if not pending:
             yield from self.store.scan(start, end)
             return
@@ -137,24 +153,32 @@ class Tables:
     # --- batch end ------------------------------------------------------------------------
 
     def take_changes(self) -> dict[bytes, bytes | None]:
-        # between here and apply() the changes are in neither the overlay nor the store
+        """The closing batch's changes; they stay readable as a pending layer until
+        :meth:`apply` (its commit) or :meth:`drop_overlay` (an abort)."""
         self._next_timer_known = False
         changes, self.overlay = self.overlay, {}
+        self._pending.append(changes)
         return changes
 
     def apply(self, changes: dict[bytes, bytes | None], offsets: dict[str, int]) -> None:
-        """Write committed changes plus the changelog offsets they reached, atomically."""
+        """Write committed changes plus the changelog offsets they reached, atomically
+        (the oldest pending layer: transactions commit in the order their batches closed)."""
         self._next_timer_known = False
         batch = dict(changes)
         for name, offset in offsets.items():
             batch[keys.offset_key(name)] = str(offset).encode()
         if batch:
             self.store.write(batch)
+        if self._pending and self._pending[0] is changes:
+            self._pending.pop(0)
 
     def recorded_offset(self, name: str) -> int | None:
         raw = self.store.get(keys.offset_key(name))
         return None if raw is None else int(raw)
 
     def drop_overlay(self) -> None:
+        """An abort: forget every uncommitted write, the pending layers' too (a later
+        batch was built on the earlier ones)."""
         self._next_timer_known = False
         self.overlay = {}
+        self._pending = []
