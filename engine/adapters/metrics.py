@@ -137,6 +137,9 @@ class ProcessorMetrics:
         self._accepted = 0  # records accepted by the batch in progress
         self._batch_records = 0  # the batch's records, once its timers fired
         self._produced = 0
+        #: The records of the batch whose transaction commits next (its produce came after
+        #: the next batch's accepts may have begun: the loop overlaps them, kafka.inflight).
+        self._committing = 0
         self._runner: Replica | None = None
         r.register(_ReplicaCollector(self))
 
@@ -164,10 +167,10 @@ class ProcessorMetrics:
         elif step in self._phases:
             self._phases[step].observe(seconds)
             if step is Step.PRODUCE:
-                self._produced = count
+                self._produced, self._committing = count, self._batch_records
             elif step is Step.COMMIT:
                 self.transactions.inc()
-                self.batch_size.observe(self._batch_records)
+                self.batch_size.observe(self._committing)
                 self.records_out.inc(self._produced)
         elif step is Step.ABORT:
             self.aborts.inc()

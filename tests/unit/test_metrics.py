@@ -102,6 +102,23 @@ def test_processor_metrics_take_the_protocol_steps_and_forget_an_aborted_batch()
         assert _get(r, "turnstile_transaction_phase_seconds_count", phase=phase) == 2
 
 
+def test_each_commit_counts_its_own_batch_when_the_next_batch_runs_during_it() -> None:
+    """The loop reports the next batch's accepts and turns before the previous commit."""
+    m = ProcessorMetrics()
+    for step, count in [(Step.ACCEPT, 4), (Step.TIMERS, 0), (Step.STEP, 4), (Step.PRODUCE, 9)]:
+        m.observe(step, 0.001, count)
+    for step, count in [(Step.ACCEPT, 2), (Step.TIMERS, 0), (Step.STEP, 2)]:
+        m.observe(step, 0.001, count)
+    for step, count in [(Step.OFFSETS, 1), (Step.COMMIT, 1), (Step.APPLY, 9)]:
+        m.observe(step, 0.001, count)
+    assert _get(m.registry, "turnstile_batch_records_sum") == 4
+    assert _get(m.registry, "turnstile_records_out_total") == 9
+    for step, count in [(Step.PRODUCE, 3), (Step.OFFSETS, 1), (Step.COMMIT, 1)]:
+        m.observe(step, 0.001, count)
+    assert _get(m.registry, "turnstile_batch_records_sum") == 6
+    assert _get(m.registry, "turnstile_records_out_total") == 12
+
+
 def _partition(statuses: dict[str, RuntimeStatus]) -> PartitionProcessor:
     env = Environment(Registry(), topic_names("t"), 10, 1000, 3600_000)
     pp = PartitionProcessor(0, MemoryPartitionStore(), env)
