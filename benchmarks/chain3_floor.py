@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import re
-import shutil
 import socket
 import statistics
 import sys
@@ -94,16 +93,11 @@ def floor_engine(
     work_dir = Path(tempfile.mkdtemp(prefix="turnstile-bench-floor-"))
     extra = ["--metrics-port", str(port), *(a for kv in kafka for a in ("--kafka", kv))]
     process = harness.spawn("processor", settings, chain3.MODULE, work_dir, extra)
-    failed = True
-    try:
-        yield harness.Engine(settings, work_dir, [process], broker.pid)
-        failed = False
-    finally:
-        process.stop()
-        if failed:
-            progress(f"kept the processor's log for inspection: {work_dir}")
-        else:
-            shutil.rmtree(work_dir, ignore_errors=True)
+    with harness.kept_if_failed(work_dir, "the processor's log"):
+        try:
+            yield harness.Engine(settings, work_dir, [process], broker.pid)
+        finally:
+            process.stop()
 
 
 def _one(client: Client, i: int, timeout_s: float) -> dict[str, float]:

@@ -64,17 +64,12 @@ def kafka(bootstrap: str | None = None, brokers: int = 1) -> Iterator[Broker]:
         return
     data_dir = Path(tempfile.mkdtemp(prefix="turnstile-bench-kafka-"))
     broker = LocalKafka(data_dir=data_dir, progress=progress)
-    failed = True
-    try:
-        address = broker.start(timeout=180)
-        yield Broker(address, broker.status().pid)
-        failed = False
-    finally:
-        broker.stop()
-        if failed:
-            progress(f"kept the broker's folder for inspection: {data_dir}")
-        else:
-            shutil.rmtree(data_dir, ignore_errors=True)
+    with kept_if_failed(data_dir, "the broker's folder"):
+        try:
+            address = broker.start(timeout=180)
+            yield Broker(address, broker.status().pid)
+        finally:
+            broker.stop()
 
 
 @contextlib.contextmanager
@@ -83,21 +78,28 @@ def _cluster(size: int) -> Iterator[Broker]:
     in a fresh folder; every node is stopped at the end (all at once, see its ``stop``)."""
     data_dir = Path(tempfile.mkdtemp(prefix="turnstile-bench-cluster-"))
     cluster = LocalKafkaCluster(data_dir=data_dir, size=size, progress=progress)
-    failed = True
+    with kept_if_failed(data_dir, "the cluster's folder"):
+        try:
+            address = cluster.start(timeout=240)
+            pids = tuple(s.pid for s in cluster.status() if s.pid is not None)
+            if len(pids) != size:
+                raise RuntimeError(f"only {len(pids)} of {size} brokers run; see {data_dir}")
+            progress(f"cluster of {size} brokers at {address} (pids {pids})")
+            yield Broker(address, node_pids=pids)
+        finally:
+            cluster.stop()
+
+
+@contextlib.contextmanager
+def kept_if_failed(folder: Path, what: str) -> Iterator[Path]:
+    """Delete ``folder`` after the block; keep it, and say where, when the block failed
+    (its logs are worth reading then)."""
     try:
-        address = cluster.start(timeout=240)
-        pids = tuple(s.pid for s in cluster.status() if s.pid is not None)
-        if len(pids) != size:
-            raise RuntimeError(f"only {len(pids)} of {size} brokers run; see {data_dir}")
-        progress(f"cluster of {size} brokers at {address} (pids {pids})")
-        yield Broker(address, node_pids=pids)
-        failed = False
-    finally:
-        cluster.stop()
-        if failed:
-            progress(f"kept the cluster's folder for inspection: {data_dir}")
-        else:
-            shutil.rmtree(data_dir, ignore_errors=True)
+        yield folder
+    except BaseException:
+        progress(f"kept {what} for inspection: {folder}")
+        raise
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def fresh_namespace(prefix: str) -> str:

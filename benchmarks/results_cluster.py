@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from results_columns import median_cells
+
 #: Which values of a cluster row say how it compares with the single broker (cluster over
 #: single broker: wf/s below 1 is slower, p50 and p99 above 1 are slower).
 VERSUS = ("vs 1 broker: wf/s", "vs 1 broker: p50", "vs 1 broker: p99")
@@ -45,12 +47,7 @@ def cluster_cells(result: dict[str, Any], params: str, single: dict[str, Any] | 
         result["replication_factor"],
         result["min_insync_replicas"],
         params,
-        med.get("workflows_per_s"),
-        med.get("activities_per_s"),
-        med.get("p50_ms"),
-        med.get("p90_ms"),
-        med.get("p99_ms"),
-        med.get("max_ms"),
+        *median_cells(med),
         together,
         per_broker,
         ", ".join(str(theirs.get(k)) for k in keys) if theirs else None,

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 #: The columns of each benchmark's rows, in table order. ``date (UTC)``/``date``,
 #: ``commit``, ``machine`` and the load column are the record's own fields.
 COLUMNS: dict[str, list[str]] = {
@@ -110,3 +112,12 @@ COLUMNS: dict[str, list[str]] = {
         "records out/tx", "ms/tx: step / produce / offsets / commit",
     ],
 }  # fmt: skip
+
+
+#: The medians a chain3 row shows, in its column order (wf/s, act/s, p50, p90, p99, max).
+MEDIANS = ("workflows_per_s", "activities_per_s", "p50_ms", "p90_ms", "p99_ms", "max_ms")
+
+
+def median_cells(median: dict[str, Any]) -> list[Any]:
+    """A chain3 result's medians as its row's cells (single broker and cluster alike)."""
+    return [median.get(key) for key in MEDIANS]

@@ -28,7 +28,7 @@ from typing import Any
 
 from common import machine_line
 from results_cluster import cluster_cells, cluster_shown
-from results_columns import COLUMNS
+from results_columns import COLUMNS, median_cells
 from results_targets import TARGETS, Record, Target, variant_is
 
 HERE = Path(__file__).resolve().parent
@@ -148,12 +148,7 @@ def add_chain3(
         _machine(result["host"]),
         result["variant"],
         params,
-        med.get("workflows_per_s"),
-        med.get("activities_per_s"),
-        med.get("p50_ms"),
-        med.get("p90_ms"),
-        med.get("p99_ms"),
-        med.get("max_ms"),
+        *median_cells(med),
         _cpu_cell(cpu, ("processor", "worker", "broker", "client")),
         peer_cell,
         _ratio(med.get("workflows_per_s"), theirs.get("workflows_per_s")),

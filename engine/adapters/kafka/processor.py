@@ -443,11 +443,7 @@ class ProcessorRunner:
         left to finish while the loop goes on (:meth:`_finish_in_flight` collects them)."""
         # 4. step every touched instance; each partition closes its batch
         t = self._clock.monotonic()
-        try:
-            batches = self._end_batches(now_ms)
-        except (InstanceTurnError, RecordHandlingError):
-            self._settle_in_flight()  # the previous batch first: run_batch isolates this one
-            raise
+        batches = self._end_batches(now_ms)  # an error: _isolate settles the previous first
         outputs: list[Produced] = [(p, r) for p, b in batches.items() for r in b.out]
         offsets = self._consumed_positions()
         self._starts.append(self._batch_start)
@@ -561,8 +557,7 @@ class ProcessorRunner:
         reached = changelog_offsets(delivered, self.topics)
         for p in batches:
             self.partitions[p].committed(reached.get(p, {}))
-        if self._starts:
-            self._starts.pop(0)  # the oldest batch not yet committed was this one
+        self._starts.pop(0)  # the oldest batch not yet committed was this one
 
     def _observe(self, step: Step, started: float, count: int) -> float:
         """Report one step to the metrics hook (and the progress totals); returns now."""

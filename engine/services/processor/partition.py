@@ -225,8 +225,9 @@ class PartitionProcessor:
         self._batch = self._open_batch()
 
     def _held(self) -> set[str]:
-        """Instances a batch not yet committed works on: the cache must not drop them, or
-        a later load would build a second copy beside the one that batch settles."""
+        """Instances a batch not yet committed works on: dropping them from the cache would
+        make the next batch that touches them replay their history. (Correctness does not
+        rest on this: ``_settle`` never puts back a copy that a later load replaced.)"""
         if not self._closed and not self._batch.touched:
             return set()
         return {i for b in (*self._closed, self._batch) for i in b.touched}

@@ -170,7 +170,7 @@ class Tables:
         if batch:
             self.store.write(batch)
         if self._pending and self._pending[0] is changes:
-            self._pending.pop(0)
+            self._pending.pop(0)  # a batch's commit (rows restored from a changelog are not)
 
     def recorded_offset(self, name: str) -> int | None:
         raw = self.store.get(keys.offset_key(name))
